@@ -1,0 +1,2 @@
+"""Tidings: a durable message hub for people and AI agents."""
+__version__ = "0.1.0"

@@ -1,0 +1,172 @@
+"""Core HTTP routes: health, status, accounts, channels, members, messages (CONTRACT §2).
+
+Handlers are plain ``def``: FastAPI runs them in its threadpool, so the synchronous store
+never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from ..errors import Forbidden, NotFound
+from ..hub import accounts as accounts_hub
+from ..hub import channels as channels_hub
+from ..hub.channels import public_message
+from ..hub.tokens import Principal
+from ..store import accounts as accounts_store
+from . import deps
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, Any]:
+    return {"ok": True}
+
+
+@router.get("/api/status")
+def status(request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
+    return deps.runtime(request).status()
+
+
+# -- accounts ----------------------------------------------------------------------------
+@router.post("/api/v1/accounts", status_code=201)
+def create_account(
+    request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.admin)
+) -> dict[str, Any]:
+    created = accounts_hub.create_account(
+        deps.runtime(request).store,
+        kind=body.get("kind"),
+        handle=body.get("handle"),
+        display_name=body.get("display_name"),
+        owner=body.get("owner"),
+        wake=body.get("wake"),
+        created_by=who.account_id,
+    )
+    return created.as_json()
+
+
+@router.get("/api/v1/accounts")
+def list_accounts(request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
+    with deps.runtime(request).store.read() as tx:
+        rows = accounts_store.accounts(tx)
+    return {"accounts": [accounts_hub.public_account(r) for r in rows]}
+
+
+@router.get("/api/v1/me")
+def me(request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
+    out: dict[str, Any] = {"scope": who.scope}
+    if who.account_id:
+        with deps.runtime(request).store.read() as tx:
+            row = accounts_store.account(tx, who.account_id)
+        if row is not None:
+            out["account"] = accounts_hub.public_account(row)
+    if who.bridge_id:
+        out["bridge_id"] = who.bridge_id
+    return out
+
+
+# -- channels ----------------------------------------------------------------------------
+@router.post("/api/v1/channels", status_code=201)
+def create_channel(
+    request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.account_caller)
+) -> dict[str, Any]:
+    return channels_hub.create_channel(
+        deps.runtime(request).store,
+        who,
+        name=body.get("name"),
+        members=body.get("members"),
+        mandatory_subscription=body.get("mandatory_subscription", False),
+    )
+
+
+@router.get("/api/v1/channels")
+def list_channels(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
+    return {"channels": channels_hub.list_channels(deps.runtime(request).store, who)}
+
+
+@router.post("/api/v1/channels/{channel_id}/members")
+def update_members(
+    channel_id: str,
+    request: Request,
+    body: dict = Depends(deps.json_object),
+    who: Principal = Depends(deps.account_caller),
+) -> dict[str, Any]:
+    return channels_hub.update_members(deps.runtime(request).store, who, channel_id, body)
+
+
+@router.get("/api/v1/channels/{channel_id}/members")
+def list_members(channel_id: str, request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
+    return {"members": channels_hub.channel_members(deps.runtime(request).store, who, channel_id)}
+
+
+@router.get("/api/v1/channels/{channel_id}/messages")
+def list_messages(
+    channel_id: str,
+    request: Request,
+    after_seq: str | None = None,
+    limit: str | None = None,
+    who: Principal = Depends(deps.account_caller),
+) -> dict[str, Any]:
+    rows = channels_hub.list_messages(deps.runtime(request).store, who, channel_id, after_seq, limit)
+    return {"messages": rows}
+
+
+# -- messages ----------------------------------------------------------------------------
+_POST_FIELDS = {"topic", "text", "blocks", "client_request_id"}
+
+
+@router.post("/api/v1/channels/{channel_id}/messages", status_code=201)
+def post_message(
+    channel_id: str,
+    request: Request,
+    body: dict = Depends(deps.json_object),
+    who: Principal = Depends(deps.account_caller),
+):
+    unknown = set(body) - _POST_FIELDS
+    if unknown:
+        from ..errors import BadRequest
+
+        raise BadRequest(f"unknown fields: {sorted(unknown)}")
+    rt = deps.runtime(request)
+    row, inserted = rt.posting.post(
+        author_id=who.account_id,
+        channel_id=channel_id,
+        text=body.get("text"),
+        blocks=body.get("blocks"),
+        topic=body.get("topic"),
+        client_request_id=body.get("client_request_id"),
+        is_admin=who.is_admin,
+    )
+    payload = {"message": public_message(row), "inserted": inserted}
+    return JSONResponse(payload, status_code=201 if inserted else 200)
+
+
+@router.patch("/api/v1/messages/{message_id}")
+def edit_message(
+    message_id: str,
+    request: Request,
+    body: dict = Depends(deps.json_object),
+    who: Principal = Depends(deps.account_caller),
+) -> dict[str, Any]:
+    if who.account_id is None:
+        raise Forbidden("only the author may edit a message")
+    row = deps.runtime(request).posting.edit(
+        author_id=who.account_id, message_id=message_id, blocks=body.get("blocks"), is_admin=who.is_admin
+    )
+    return {"message": public_message(row)}
+
+
+@router.get("/api/v1/messages/{message_id}")
+def get_message(message_id: str, request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
+    from ..store import messages as messages_store
+
+    with deps.runtime(request).store.read() as tx:
+        row = messages_store.message(tx, message_id)
+        if row is None:
+            raise NotFound("unknown message", code="unknown_message")
+        channels_hub.visible_channel(tx, who, row["channel_id"])
+    return {"message": public_message(row)}

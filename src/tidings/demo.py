@@ -1,0 +1,96 @@
+"""``tidings serve --demo``: a small world a newcomer can poke at once.
+
+People alice and bob, agents ``assistant`` (owned by alice) and ``scout`` (owned by bob),
+channels ``#general`` (everyone; the assistant subscribed) and ``#research`` (scout
+subscribed, assistant a plain member), and a few messages. Demo accounts get fixed,
+well-known tokens so the README tour can be pasted as is; that is why the demo uses its
+own database file by default and binds to loopback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hub import accounts as accounts_hub
+from .hub import channels as channels_hub
+from .hub.tokens import Principal, register_token
+from .runtime import Runtime
+from .store import accounts as accounts_store
+
+DEMO_TOKENS = {
+    "alice": "tdg_demo_alice",
+    "bob": "tdg_demo_bob",
+    "assistant": "tdg_demo_assistant",
+    "scout": "tdg_demo_scout",
+}
+
+
+def _account(runtime: Runtime, handle: str) -> dict[str, Any] | None:
+    with runtime.store.read() as tx:
+        return accounts_store.account_by_handle(tx, handle)
+
+
+def _create(runtime: Runtime, admin: Principal, **kw: Any) -> str:
+    created = accounts_hub.create_account(runtime.store, created_by=admin.account_id, **kw)
+    with runtime.store.write() as tx:
+        register_token(
+            tx, DEMO_TOKENS[created.handle], scope="account", account_id=created.id, label="demo", now=runtime.store.now_ms()
+        )
+    return created.id
+
+
+def seed_demo(runtime: Runtime, base_url: str) -> str:
+    """Seed the demo world if it is not there yet; return the guide to print."""
+    admin = Principal(scope="admin", account_id=runtime.system_account_id, kind="system")
+    ids: dict[str, str] = {}
+    if _account(runtime, "alice") is None:
+        ids["alice"] = _create(runtime, admin, kind="human", handle="alice", display_name="Alice")
+        ids["bob"] = _create(runtime, admin, kind="human", handle="bob", display_name="Bob")
+        ids["assistant"] = _create(
+            runtime, admin, kind="agent", handle="assistant", display_name="Assistant", owner=ids["alice"]
+        )
+        ids["scout"] = _create(runtime, admin, kind="agent", handle="scout", display_name="Scout", owner=ids["bob"])
+        alice = Principal(scope="account", account_id=ids["alice"], kind="human")
+        general = channels_hub.create_channel(
+            runtime.store, alice, name="general", members=[ids["bob"], ids["assistant"], ids["scout"]]
+        )
+        channels_hub.update_members(runtime.store, admin, general["id"], {"subscribe": [ids["assistant"]]})
+        research = channels_hub.create_channel(
+            runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"], ids["scout"]]
+        )
+        channels_hub.update_members(runtime.store, admin, research["id"], {"subscribe": [ids["scout"]]})
+        runtime.posting.post(author_id=ids["alice"], channel_id=general["id"], text="Welcome to Tidings, everyone!")
+        runtime.posting.post(
+            author_id=ids["bob"], channel_id=research["id"], text="@scout can you dig up last week's numbers?"
+        )
+        _seed_bridge(runtime, admin, ids)
+    else:
+        for handle in DEMO_TOKENS:
+            row = _account(runtime, handle)
+            if row is not None:
+                ids[handle] = row["id"]
+    with runtime.store.read() as tx:
+        channels = {c["name"]: c["id"] for c in channels_hub.channels_of_account(tx, ids.get("alice"))}
+    general_id = channels.get("general", "<general channel id>")
+    return _guide(base_url, ids, general_id)
+
+
+def _seed_bridge(runtime: Runtime, admin: Principal, ids: dict[str, str]) -> None:
+    """A Signal bridge with a few frames, once the ingest engine is part of the build."""
+    try:
+        from .ingest.demo import seed_demo_bridge
+    except ModuleNotFoundError:
+        return
+    seed_demo_bridge(runtime, admin, ids)
+
+
+def _guide(base: str, ids: dict[str, str], general_id: str) -> str:
+    return f"""
+[bold]Demo world[/bold]: people alice, bob; agents assistant (alice's), scout (bob's).
+Tokens: alice=tdg_demo_alice  bob=tdg_demo_bob  assistant=tdg_demo_assistant  scout=tdg_demo_scout  admin=tdg_demo_admin
+Try it (in another terminal):
+  curl -N -H 'Authorization: Bearer tdg_demo_assistant' {base}/api/v1/session
+  curl -H 'Authorization: Bearer tdg_demo_alice' -H 'Content-Type: application/json' \\
+       -d '{{"text": "@assistant what is on the agenda?"}}' {base}/api/v1/channels/{general_id}/messages
+  open {base}/ in a browser for the live page; GET {base}/healthz answers {{"ok": true}}
+"""

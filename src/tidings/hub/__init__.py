@@ -1,0 +1,1 @@
+"""Hub use cases: accounts, tokens, channels and posting, each over the store."""

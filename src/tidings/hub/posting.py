@@ -1,0 +1,191 @@
+"""The post path: one transaction, then a bus publish only for a newly inserted row.
+
+Inside the transaction: membership, post policy, topic get-or-create, the channel's next
+``channel_seq`` (row lock), and the idempotent insert. A repeated ``client_request_id``
+from the same author returns the stored message with ``inserted=False`` and publishes
+nothing, so a client retry is never delivered twice. The publish happens in
+``after_commit``: a bus event always points at a durable row (the reverse is not true; a
+crash or the ``bus.drop_publish`` fault can lose the event, which is what the delivery
+recovery scan is for).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..bus import Bus
+from ..errors import BadRequest, Forbidden, NotFound
+from ..faults import Faults
+from ..ids import new_id
+from ..store import channels as channels_store
+from ..store import messages as messages_store
+from ..store.engine import Store, Tx
+from .events import MessagePosted, MessageUpdated
+
+DEFAULT_TOPIC = "general"
+MAX_TOPIC = 80
+MAX_CLIENT_REQUEST_ID = 200
+MAX_BLOCKS = 64
+
+
+class _Duplicate(Exception):
+    """Raised inside the post transaction to roll back a lost idempotency race."""
+
+
+def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, str]], str]:
+    """Blocks as stored, and their text: text blocks joined by newlines.
+
+    Either ``text`` (one text block) or ``blocks`` may be given, not both; a message must
+    carry some text.
+    """
+    if blocks is not None and text is not None:
+        raise BadRequest("give either text or blocks, not both", code="bad_blocks")
+    if blocks is None:
+        if not isinstance(text, str):
+            raise BadRequest("text (a string) or blocks is required", code="bad_blocks")
+        blocks = [{"kind": "text", "text": text}]
+    if not isinstance(blocks, list) or not blocks or len(blocks) > MAX_BLOCKS:
+        raise BadRequest(f"blocks must be a list of 1 to {MAX_BLOCKS} blocks", code="bad_blocks")
+    clean = []
+    for block in blocks:
+        if not isinstance(block, dict) or block.get("kind") != "text" or not isinstance(block.get("text"), str):
+            raise BadRequest('each block must be {"kind": "text", "text": str}', code="bad_blocks")
+        if set(block) - {"kind", "text"}:
+            raise BadRequest("text blocks have only kind and text", code="bad_blocks")
+        clean.append({"kind": "text", "text": block["text"]})
+    joined = "\n".join(b["text"] for b in clean)
+    if not joined.strip():
+        raise BadRequest("a message needs some text", code="empty_message")
+    return clean, joined
+
+
+class Posting:
+    """Posts and edits messages; publishes ``MessagePosted`` / ``MessageUpdated``."""
+
+    def __init__(self, store: Store, bus: Bus, faults: Faults | None = None) -> None:
+        self.store = store
+        self.bus = bus
+        self.faults = faults or store.faults
+
+    def post(
+        self,
+        *,
+        author_id: str,
+        channel_id: Any,
+        text: Any = None,
+        blocks: Any = None,
+        topic: Any = None,
+        client_request_id: Any = None,
+        is_admin: bool = False,
+        tx: Tx | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Post as ``author_id``; returns (message row, inserted).
+
+        With ``tx`` the post joins the caller's transaction (bridge links post in the same
+        transaction as the projection) and the publish waits for that commit.
+        """
+        clean, joined = normalize_blocks(text, blocks)
+        topic_name = DEFAULT_TOPIC if topic is None else topic
+        if not isinstance(topic_name, str) or not topic_name.strip() or len(topic_name) > MAX_TOPIC:
+            raise BadRequest(f"topic must be a non-empty string of at most {MAX_TOPIC} characters", code="bad_topic")
+        crid = "" if client_request_id is None else client_request_id
+        if not isinstance(crid, str) or len(crid) > MAX_CLIENT_REQUEST_ID:
+            raise BadRequest(f"client_request_id must be a string of at most {MAX_CLIENT_REQUEST_ID} characters")
+        if not isinstance(channel_id, str):
+            raise NotFound("unknown channel", code="unknown_channel")
+        args = (author_id, channel_id, clean, joined, topic_name.strip(), crid, is_admin)
+        if tx is not None:
+            return self._post_in(tx, *args)
+        try:
+            with self.store.write() as own:
+                return self._post_in(own, *args)
+        except _Duplicate:
+            with self.store.read() as rtx:
+                existing = messages_store.by_client_request(rtx, author_id, crid)
+            if existing is None or existing["channel_id"] != channel_id:
+                raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
+            return existing, False
+
+    def _post_in(
+        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool
+    ) -> tuple[dict[str, Any], bool]:
+        channel = channels_store.channel(tx, channel_id)
+        if channel is None:
+            raise NotFound("unknown channel", code="unknown_channel")
+        if channels_store.membership(tx, channel_id, author_id) is None:
+            if is_admin:
+                raise Forbidden("the admin is not a member of this channel", code="not_a_member")
+            raise NotFound("unknown channel", code="unknown_channel")
+        if channel["post_policy"] == "owner_only" and channel["owner_account_id"] != author_id:
+            raise Forbidden("only the channel owner may post here", code="post_policy")
+        if crid:
+            existing = messages_store.by_client_request(tx, author_id, crid)
+            if existing is not None:
+                if existing["channel_id"] != channel_id:
+                    raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
+                return existing, False
+        now = self.store.now_ms()
+        topic_id = channels_store.get_or_create_topic(
+            tx, id=new_id("top"), channel_id=channel_id, name=topic, created_by=author_id, now=now
+        )
+        channel_seq = channels_store.next_channel_seq(tx, channel_id)
+        message_id = new_id("msg")
+        seq = messages_store.insert_message(
+            tx,
+            id=message_id,
+            channel_id=channel_id,
+            channel_seq=channel_seq,
+            topic_id=topic_id,
+            author=author_id,
+            now=now,
+            blocks=blocks,
+            text=text,
+            client_request_id=crid,
+        )
+        if seq is None:  # a concurrent post with the same client_request_id won
+            raise _Duplicate()
+        event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
+        tx.after_commit(lambda: self._publish(event))
+        row = {
+            "id": message_id,
+            "seq": seq,
+            "channel_id": channel_id,
+            "channel_seq": channel_seq,
+            "topic_id": topic_id,
+            "author_account_id": author_id,
+            "at_unix_ms": now,
+            "blocks": blocks,
+            "text": text,
+            "client_request_id": crid,
+            "edited_at_ms": None,
+            "deleted_at_ms": None,
+            "mentions_routed_at": None,
+        }
+        return row, True
+
+    def _publish(self, event: Any) -> None:
+        if self.faults.fire("bus.drop_publish"):
+            return  # the crash window: committed, never published
+        self.bus.publish(event)
+
+    def edit(self, *, author_id: str, message_id: Any, blocks: Any, is_admin: bool = False) -> dict[str, Any]:
+        """Replace a message's blocks; only its author may (others get 403, or 404 if they
+        cannot see the channel)."""
+        clean, joined = normalize_blocks(None, blocks)
+        if not isinstance(message_id, str):
+            raise NotFound("unknown message", code="unknown_message")
+        with self.store.write() as tx:
+            row = messages_store.message(tx, message_id)
+            if row is None:
+                raise NotFound("unknown message", code="unknown_message")
+            if row["author_account_id"] != author_id:
+                visible = is_admin or channels_store.membership(tx, row["channel_id"], author_id) is not None
+                if not visible:
+                    raise NotFound("unknown message", code="unknown_message")
+                raise Forbidden("only the author may edit a message", code="not_author")
+            now = self.store.now_ms()
+            messages_store.set_blocks(tx, message_id, clean, joined, now)
+            row.update(blocks=clean, text=joined, edited_at_ms=now)
+            event = MessageUpdated(message_id, row["channel_id"])
+            tx.after_commit(lambda: self.bus.publish(event))
+        return row

@@ -1,0 +1,371 @@
+"""The store engine: one SQLite file or one PostgreSQL database, behind the same ``Tx`` API.
+
+SQLite: WAL, foreign keys on, a 5 s busy timeout, ``synchronous=NORMAL``. Every write
+transaction starts with ``BEGIN IMMEDIATE`` under a process-wide writer lock, so there is
+one writer and a deferred transaction never has to upgrade (an upgrade fails with BUSY
+without honouring the busy timeout). Readers use their own pooled connections and never
+block the writer.
+
+PostgreSQL: psycopg 3 through SQLAlchemy's connection pool, READ COMMITTED. Ordering that
+must follow commit order (a channel's ``channel_seq``) is taken from a row lock inside the
+transaction, never from a sequence.
+
+Both: statements are ``Stmt`` objects compiled once per dialect and run on the raw DBAPI
+cursor (see ``sql.py``). ``Tx.after_commit`` callbacks run only once the commit succeeded;
+the post path uses that to publish on the bus strictly after the row is durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import sqlalchemy as sa
+import structlog
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..faults import Faults
+from .sql import Stmt
+
+log = structlog.get_logger("tidings.store")
+
+
+def normalize_url(url: str) -> tuple[str, str]:
+    """Map a user's ``--db`` value to (dialect, SQLAlchemy URL).
+
+    A ``postgresql://`` or ``postgres://`` URL selects psycopg 3; anything else is a SQLite
+    file path (``sqlite:///path`` is accepted too).
+    """
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        rest = url.split("://", 1)[1]
+        return "postgresql", f"postgresql+psycopg://{rest}"
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+    elif url.startswith("sqlite://"):
+        raise ValueError("an in-memory SQLite database cannot be shared by the engines; give a file path")
+    else:
+        path = url
+    if not path:
+        raise ValueError("empty database path")
+    return "sqlite", f"sqlite+pysqlite:///{Path(path).expanduser()}"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors that a retry of the same work may cure.
+
+    SQLite: BUSY or LOCKED (primary result code 5 or 6). PostgreSQL: serialization failure,
+    deadlock, or a lost connection. Never a constraint or data error.
+    """
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None:
+            return (code & 0xFF) in (5, 6)
+        text = str(exc)
+        return "database is locked" in text or "database table is locked" in text
+    try:
+        import psycopg
+        from psycopg import errors as pgerr
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, (pgerr.SerializationFailure, pgerr.DeadlockDetected, pgerr.LockNotAvailable)):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        sqlstate = getattr(exc, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith(("08", "57P"))
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        return is_transient(exc.orig)
+    return False
+
+
+def is_integrity_error(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.IntegrityError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, psycopg.IntegrityError)
+
+
+class Tx:
+    """One open transaction (or autocommit reads) on a raw DBAPI connection."""
+
+    __slots__ = ("dbapi", "dialect", "_after", "_sp", "writes")
+
+    def __init__(self, dbapi: Any, dialect: str) -> None:
+        self.dbapi = dbapi
+        self.dialect = dialect
+        self._after: list[Callable[[], None]] = []
+        self._sp = 0
+
+    # -- execution ---------------------------------------------------------------------
+    def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
+        sql, defaults = stmt.compiled(self.dialect)
+        if defaults:
+            params = {**defaults, **(params or {})}
+        cur = self.dbapi.cursor()
+        cur.execute(sql, params or {})
+        return cur
+
+    def all(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[tuple]:
+        cur = self.execute(stmt, params)
+        rows = cur.fetchall()
+        cur.close()
+        return rows
+
+    def one(self, stmt: Stmt, params: dict[str, Any] | None = None) -> tuple | None:
+        cur = self.execute(stmt, params)
+        row = cur.fetchone()
+        cur.close()
+        return row
+
+    def scalar(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
+        row = self.one(stmt, params)
+        return None if row is None else row[0]
+
+    def rowcount(self, stmt: Stmt, params: dict[str, Any] | None = None) -> int:
+        cur = self.execute(stmt, params)
+        n = cur.rowcount
+        cur.close()
+        return n
+
+    def mappings(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.execute(stmt, params)
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        cur.close()
+        return rows
+
+    def mapping(self, stmt: Stmt, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        cur = self.execute(stmt, params)
+        row = cur.fetchone()
+        out = None if row is None else dict(zip([d[0] for d in cur.description], row))
+        cur.close()
+        return out
+
+    def raw(self, sql: str, params: Any = None) -> Any:
+        """Run dialect-specific SQL text as is (migrations, diagnostics, tests)."""
+        cur = self.dbapi.cursor()
+        cur.execute(sql, params) if params is not None else cur.execute(sql)
+        return cur
+
+    # -- structure ---------------------------------------------------------------------
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once this transaction has committed; dropped on rollback."""
+        self._after.append(fn)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator["Tx"]:
+        """A nested unit: rolled back alone on error, the outer transaction goes on.
+
+        ``after_commit`` callbacks registered inside a rolled-back savepoint are dropped.
+        """
+        self._sp += 1
+        name = f"sp_{self._sp}"
+        mark = len(self._after)
+        cur = self.dbapi.cursor()
+        cur.execute(f"SAVEPOINT {name}")
+        try:
+            yield self
+        except BaseException:
+            cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            cur.execute(f"RELEASE SAVEPOINT {name}")
+            del self._after[mark:]
+            raise
+        else:
+            cur.execute(f"RELEASE SAVEPOINT {name}")
+        finally:
+            cur.close()
+
+
+class Store:
+    """A database and its migrations, with ``write()`` and ``read()`` transactions.
+
+    ``write()`` commits on success, rolls back on any exception, then runs the
+    ``after_commit`` callbacks. ``read()`` gives a consistent snapshot for several reads.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        faults: Faults | None = None,
+        migrate: bool = True,
+        pool_size: int | None = None,
+    ) -> None:
+        self.url = url
+        self.dialect, sa_url = normalize_url(url)
+        self.clock = clock
+        self.faults = faults or Faults()
+        self._writer_lock = threading.RLock()
+        self.commits = 0
+        if self.dialect == "sqlite":
+            self.engine = sa.create_engine(
+                sa_url,
+                connect_args={"isolation_level": None, "check_same_thread": False, "timeout": 5.0},
+                pool_size=pool_size or 8,
+                max_overflow=48,
+                pool_pre_ping=False,
+            )
+            sa.event.listen(self.engine, "connect", _sqlite_on_connect)
+        else:
+            self.engine = sa.create_engine(
+                sa_url,
+                pool_size=pool_size or 5,
+                max_overflow=20,
+                pool_pre_ping=True,
+            )
+        if migrate:
+            from .migrate import migrate as run_migrations
+
+            run_migrations(self)
+
+    # -- connections -------------------------------------------------------------------
+    def raw_connection(self) -> Any:
+        return self.engine.raw_connection()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Tx]:
+        conn = self.engine.raw_connection()
+        try:
+            dbapi = conn.driver_connection
+            tx = Tx(dbapi, self.dialect)
+            if self.dialect == "sqlite":
+                with self._writer_lock:
+                    dbapi.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield tx
+                        dbapi.execute("COMMIT")
+                    except BaseException:
+                        _rollback_quietly(dbapi)
+                        raise
+            else:
+                try:
+                    yield tx
+                    dbapi.commit()
+                except BaseException:
+                    _rollback_quietly(dbapi)
+                    raise
+            self.commits += 1
+        finally:
+            conn.close()
+        for fn in tx._after:
+            fn()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Tx]:
+        conn = self.engine.raw_connection()
+        try:
+            dbapi = conn.driver_connection
+            tx = Tx(dbapi, self.dialect)
+            if self.dialect == "sqlite":
+                dbapi.execute("BEGIN")
+                try:
+                    yield tx
+                finally:
+                    _rollback_quietly(dbapi)
+            else:
+                try:
+                    yield tx
+                finally:
+                    _rollback_quietly(dbapi)
+        finally:
+            conn.close()
+
+    def dedicated(self) -> "Dedicated":
+        """A connection kept by one thread (a worker) for many transactions."""
+        return Dedicated(self)
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    close = dispose
+
+
+class Dedicated:
+    """One pooled connection held by a single thread; same ``write``/``read`` as ``Store``.
+
+    Saves the pool checkout on hot loops (the ingest worker). Not shareable across threads.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.conn = store.engine.raw_connection()
+        self.dbapi = self.conn.driver_connection
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Tx]:
+        store, dbapi = self.store, self.dbapi
+        tx = Tx(dbapi, store.dialect)
+        if store.dialect == "sqlite":
+            with store._writer_lock:
+                dbapi.execute("BEGIN IMMEDIATE")
+                try:
+                    yield tx
+                    dbapi.execute("COMMIT")
+                except BaseException:
+                    _rollback_quietly(dbapi)
+                    raise
+        else:
+            try:
+                yield tx
+                dbapi.commit()
+            except BaseException:
+                _rollback_quietly(dbapi)
+                raise
+        store.commits += 1
+        for fn in tx._after:
+            fn()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Tx]:
+        tx = Tx(self.dbapi, self.store.dialect)
+        if self.store.dialect == "sqlite":
+            self.dbapi.execute("BEGIN")
+        try:
+            yield tx
+        finally:
+            _rollback_quietly(self.dbapi)
+
+    def reconnect(self) -> None:
+        """Drop a broken connection and take a fresh one (after a lost PostgreSQL link)."""
+        try:
+            self.conn.invalidate()
+        except Exception:  # pragma: no cover - best effort
+            pass
+        self.conn = self.store.engine.raw_connection()
+        self.dbapi = self.conn.driver_connection
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # pragma: no cover
+            pass
+
+
+def _rollback_quietly(dbapi: Any) -> None:
+    try:
+        if isinstance(dbapi, sqlite3.Connection):
+            if dbapi.in_transaction:
+                dbapi.execute("ROLLBACK")
+        else:
+            dbapi.rollback()
+    except Exception:  # the connection is gone; the pool will discard it
+        pass
+
+
+def _sqlite_on_connect(dbapi: sqlite3.Connection, _record: Any) -> None:
+    dbapi.isolation_level = None
+    cur = dbapi.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
