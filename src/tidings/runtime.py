@@ -38,6 +38,10 @@ class Runtime:
         self.generated_admin_token = accounts.bootstrap(self.store, admin_token)
         self.system_account_id = accounts.system_account_id(self.store)
         self.started = False
+        # The engines. Each is built here, started by start(), stopped by stop(), and
+        # contributes its section to status(). (Guarded imports while the engines land.)
+        self.delivery = _build("tidings.delivery.engine", "Delivery", self)
+        self.ingest = _build("tidings.ingest.engine", "Ingest", self)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -45,6 +49,9 @@ class Runtime:
         if self.started:
             return
         self.started = True
+        for engine in (self.delivery, self.ingest):
+            if engine is not None:
+                engine.start()
         log.info("runtime started", db=self.store.dialect)
 
     def stop(self) -> None:
@@ -53,6 +60,9 @@ class Runtime:
             self.store.dispose()
             return
         self.started = False
+        for engine in (self.ingest, self.delivery):
+            if engine is not None:
+                engine.stop()
         self.bus.close()
         self.store.dispose()
         log.info("runtime stopped")
@@ -68,7 +78,19 @@ class Runtime:
     def status(self) -> dict[str, Any]:
         """The counters of ``GET /api/status`` (CONTRACT §2 Status)."""
         return {
-            "ingest": {"per_bridge": {}, "backlog": 0, "deferred_now": 0},
-            "delivery": {},
+            "ingest": self.ingest.status() if self.ingest else {"per_bridge": {}, "backlog": 0, "deferred_now": 0},
+            "delivery": self.delivery.status() if self.delivery else {},
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
         }
+
+
+def _build(module_name: str, attr: str, runtime: "Runtime") -> Any:
+    from importlib import import_module
+
+    try:
+        module = import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    return getattr(module, attr)(runtime)
