@@ -65,14 +65,14 @@ def serve(
     except Exception as exc:  # noqa: BLE001 - one-line reason, exit 1
         fail(f"cannot open the database {url!r}: {exc}")
     base = f"http://{host}:{port}"
-    out.print(f"[bold]Tidings[/bold] on {base}  (database: {url})")
+    out.print(f"[bold]Tidings[/bold] on {base}  (database: {url})", soft_wrap=True)
     if runtime.generated_admin_token:
         out.print(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
     if demo:
         from .demo import seed_demo
 
         guide = seed_demo(runtime, base)
-        out.print(guide)
+        out.print(guide, soft_wrap=True)
     app_ = create_app(runtime, manage_runtime=True)
     uvicorn.run(app_, host=host, port=port, log_level="warning")
 
