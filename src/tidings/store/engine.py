@@ -93,7 +93,7 @@ def is_integrity_error(exc: BaseException) -> bool:
 class Tx:
     """One open transaction (or autocommit reads) on a raw DBAPI connection."""
 
-    __slots__ = ("dbapi", "dialect", "_after", "_sp", "writes")
+    __slots__ = ("dbapi", "dialect", "_after", "_sp")
 
     def __init__(self, dbapi: Any, dialect: str) -> None:
         self.dbapi = dbapi
@@ -232,47 +232,17 @@ class Store:
     def write(self) -> Iterator[Tx]:
         conn = self.engine.raw_connection()
         try:
-            dbapi = conn.driver_connection
-            tx = Tx(dbapi, self.dialect)
-            if self.dialect == "sqlite":
-                with self._writer_lock:
-                    dbapi.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield tx
-                        dbapi.execute("COMMIT")
-                    except BaseException:
-                        _rollback_quietly(dbapi)
-                        raise
-            else:
-                try:
-                    yield tx
-                    dbapi.commit()
-                except BaseException:
-                    _rollback_quietly(dbapi)
-                    raise
-            self.commits += 1
+            with _write_tx(self, conn.driver_connection) as tx:
+                yield tx
         finally:
             conn.close()
-        for fn in tx._after:
-            fn()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Tx]:
         conn = self.engine.raw_connection()
         try:
-            dbapi = conn.driver_connection
-            tx = Tx(dbapi, self.dialect)
-            if self.dialect == "sqlite":
-                dbapi.execute("BEGIN")
-                try:
-                    yield tx
-                finally:
-                    _rollback_quietly(dbapi)
-            else:
-                try:
-                    yield tx
-                finally:
-                    _rollback_quietly(dbapi)
+            with _read_tx(self, conn.driver_connection) as tx:
+                yield tx
         finally:
             conn.close()
 
@@ -300,39 +270,11 @@ class Dedicated:
         self.conn = store.engine.raw_connection()
         self.dbapi = self.conn.driver_connection
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[Tx]:
-        store, dbapi = self.store, self.dbapi
-        tx = Tx(dbapi, store.dialect)
-        if store.dialect == "sqlite":
-            with store._writer_lock:
-                dbapi.execute("BEGIN IMMEDIATE")
-                try:
-                    yield tx
-                    dbapi.execute("COMMIT")
-                except BaseException:
-                    _rollback_quietly(dbapi)
-                    raise
-        else:
-            try:
-                yield tx
-                dbapi.commit()
-            except BaseException:
-                _rollback_quietly(dbapi)
-                raise
-        store.commits += 1
-        for fn in tx._after:
-            fn()
+    def write(self) -> contextlib.AbstractContextManager[Tx]:
+        return _write_tx(self.store, self.dbapi)
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[Tx]:
-        tx = Tx(self.dbapi, self.store.dialect)
-        if self.store.dialect == "sqlite":
-            self.dbapi.execute("BEGIN")
-        try:
-            yield tx
-        finally:
-            _rollback_quietly(self.dbapi)
+    def read(self) -> contextlib.AbstractContextManager[Tx]:
+        return _read_tx(self.store, self.dbapi)
 
     def reconnect(self) -> None:
         """Drop a broken connection and take a fresh one (after a lost PostgreSQL link)."""
@@ -348,6 +290,44 @@ class Dedicated:
             self.conn.close()
         except Exception:  # pragma: no cover
             pass
+
+
+@contextlib.contextmanager
+def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
+    """One write transaction on ``dbapi``: commit on success, roll back on any exception,
+    then run the ``after_commit`` callbacks (only after a successful commit)."""
+    tx = Tx(dbapi, store.dialect)
+    if store.dialect == "sqlite":
+        with store._writer_lock:
+            dbapi.execute("BEGIN IMMEDIATE")
+            try:
+                yield tx
+                dbapi.execute("COMMIT")
+            except BaseException:
+                _rollback_quietly(dbapi)
+                raise
+    else:
+        try:
+            yield tx
+            dbapi.commit()
+        except BaseException:
+            _rollback_quietly(dbapi)
+            raise
+    store.commits += 1
+    for fn in tx._after:
+        fn()
+
+
+@contextlib.contextmanager
+def _read_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
+    """A read-only snapshot on ``dbapi``, always rolled back."""
+    tx = Tx(dbapi, store.dialect)
+    if store.dialect == "sqlite":
+        dbapi.execute("BEGIN")
+    try:
+        yield tx
+    finally:
+        _rollback_quietly(dbapi)
 
 
 def _rollback_quietly(dbapi: Any) -> None:
