@@ -1,0 +1,1 @@
+"""Replay harness and synthetic corpus generation (issue 5; CONTRACT §1, §6)."""
