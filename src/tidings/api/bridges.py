@@ -1,0 +1,89 @@
+"""Bridge routes (CONTRACT §2 Bridges): create, append frames, quarantine, list.
+
+``POST /api/v1/bridges/{id}/frames`` answers 202 only after the frames committed: the
+bridge may forget them then. Every frame of a request is validated first; one bad frame is
+a 400 naming it, and nothing of that request is appended.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ..errors import BadRequest
+from ..hub.tokens import Principal
+from ..ingest import bridges as bridges_hub
+from . import deps
+
+router = APIRouter()
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw:
+        raise BadRequest("a JSON body is required", code="bad_json")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"malformed JSON: {exc}", code="bad_json") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply", code="bad_json") from None
+
+
+@router.post("/api/v1/bridges", status_code=201)
+def create_bridge(
+    request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.admin)
+) -> dict[str, Any]:
+    unknown = set(body) - {"platform", "name", "owner"}
+    if unknown:
+        raise BadRequest(f"unknown fields: {sorted(unknown)}")
+    return bridges_hub.create_bridge(
+        deps.runtime(request).store, platform=body.get("platform"), name=body.get("name"), owner=body.get("owner")
+    )
+
+
+@router.get("/api/v1/bridges")
+def list_bridges(request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
+    rt = deps.runtime(request)
+    rows = bridges_hub.list_bridges(rt.store, who)
+    if rt.ingest is not None:
+        for row in rows:
+            row["counters"] = rt.ingest.counters.of(row["id"]).snapshot()
+    return {"bridges": rows}
+
+
+@router.get("/api/v1/bridges/{bridge_id}")
+def get_bridge(bridge_id: str, request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
+    rt = deps.runtime(request)
+    row = bridges_hub.public_bridge(bridges_hub.visible_bridge(rt.store, who, bridge_id))
+    if rt.ingest is not None:
+        row["counters"] = rt.ingest.counters.of(bridge_id).snapshot()
+    return row
+
+
+@router.post("/api/v1/bridges/{bridge_id}/frames", status_code=202)
+def append_frames(
+    bridge_id: str, request: Request, body: Any = Depends(_json_body), who: Principal = Depends(deps.principal)
+):
+    bridges_hub.check_frame_writer(who, bridge_id)
+    rt = deps.runtime(request)
+    if rt.ingest is None:  # pragma: no cover - the ingest engine is part of every build now
+        raise BadRequest("ingest is not available in this build", code="no_ingest")
+    row = bridges_hub.load_bridge(rt.store, bridge_id)
+    results = rt.ingest.append_body(bridge_id, body, row["platform"])
+    return JSONResponse({"results": [r.as_json() for r in results]}, status_code=202)
+
+
+@router.get("/api/v1/bridges/{bridge_id}/quarantine")
+def quarantine(
+    bridge_id: str, request: Request, limit: str | None = None, who: Principal = Depends(deps.principal)
+) -> dict[str, Any]:
+    frames = bridges_hub.quarantine(deps.runtime(request).store, who, bridge_id, limit)
+    return {"frames": frames}
+
+
+def install(app: FastAPI, runtime: Any) -> None:
+    app.include_router(router)

@@ -1,0 +1,632 @@
+"""The ingest worker: one thread that drains the inbox into the projection.
+
+When it drains
+  At start (crash recovery: whatever a previous process left unprocessed is retried at
+  once), on every append notification, and when the earliest retry timer fires. With a
+  ``FakeClock`` the timer is the clock's listener (moving the clock wakes the thread);
+  with the real clock it is the wait's timeout.
+
+How it drains (spec ingest-reference §2.3, our code)
+  From the zero cursor it pages *positions only*, ``PAGE_SIZE`` = 256 at a time, with the
+  row-value cursor ``(received_at_ms, inbox_id) > (:after_ms, :after_id)`` over the
+  partial index of unprocessed rows, and loads one frame at a time by primary key. A
+  deferred frame whose retry time has not come is passed over without being loaded or
+  decoded. After the walk, retry entries of frames no longer listed (processed elsewhere)
+  are pruned.
+
+One frame, one transaction (spec README, difference 5)
+  Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
+  projection's rows and the processed mark commit together or not at all. A transient
+  database error (``store.engine.is_transient``) rolls everything back and the whole
+  attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
+  frame is deferred in process (``backoff.py``). Anything else is deterministic: the
+  transaction rolls back and, in a transaction of its own, the frame is marked
+  ``outcome='quarantined'`` with its cause (difference 6: queryable, not just logged).
+
+Grouping (throughput option)
+  With ``group_size > 1`` several consecutive ready frames share one transaction, each
+  inside its own SAVEPOINT, so a failing frame rolls back only its own work. A transient
+  error ends the group: what came before it commits, the rest go through the one-frame
+  path. A failed group commit replays the group one frame at a time. Default 1.
+
+Counters
+  The projection counts into a staged copy that is added to the bridge's counters only
+  once its transaction committed, so the counters never report rolled-back work.
+  ``decoded_events`` counts every successful decode (retries count again), ``deferred``
+  counts exhausted attempts, not frames waiting (that is ``deferred_now``).
+
+Test seams: ``decode`` and ``project`` callables (defaults: the real decoders and
+projection, imported lazily), ``sleep`` (the 5/10/20 ms in-attempt sleeps), ``clock``,
+``retry_base_ms``/``retry_max_ms``, ``page_size``, and the fault point ``ingest.busy``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import structlog
+
+from ..clock import Clock
+from ..counters import Counters
+from ..faults import Faults
+from ..store import inbox as inbox_store
+from ..store.engine import Dedicated, Store, Tx, is_integrity_error, is_transient
+from .backoff import ATTEMPTS, RETRY_BASE_MS, RETRY_MAX_MS, TRANSIENT_SLEEPS_MS, RetrySchedule
+from .counters import INGEST_COUNTERS, BridgeCounters
+
+log = structlog.get_logger("tidings.ingest")
+
+PAGE_SIZE = 256
+MAX_CAUSE = 2000
+FAULT_BUSY = "ingest.busy"
+
+# Outcomes of one frame.
+APPLIED = "applied"
+QUARANTINED = "quarantined"
+DEFERRED = "deferred"
+GONE = "gone"  # processed elsewhere between listing and loading (or in between tries)
+SKIPPED = "skipped"  # deferred and not due yet: not loaded, not decoded
+
+Decode = Callable[[str, int, Any], list]
+Project = Callable[[Tx, Any, list], bool]
+
+
+class FrameRejected(Exception):
+    """A deterministic failure found by the worker itself; ``cause`` is what is stored."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class _Gone(Exception):
+    """The frame was processed by someone else while this attempt ran (roll back)."""
+
+
+class _Unavailable(Exception):
+    """The projection module is not part of this build: leave every frame unprocessed."""
+
+
+@dataclass(slots=True)
+class _FallbackContext:
+    """Same fields as ``projection.ProjectionContext``, for builds and tests without it."""
+
+    bridge_id: str
+    platform: str
+    inbox_id: str
+    received_at_ms: int
+    now_ms: int
+    counters: Counters
+    on_message: Callable | None = None
+
+
+class StagedCounters(Counters):
+    """A frame's counts, held until its transaction commits, then added to the bridge's."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: Counters) -> None:
+        super().__init__(INGEST_COUNTERS)
+        self.target = target
+
+    def commit(self) -> None:
+        for name, value in self.snapshot().items():
+            if value:
+                self.target.incr(name, value)
+
+
+@dataclass(slots=True)
+class DrainStats:
+    listed: int = 0
+    applied: int = 0
+    quarantined: int = 0
+    deferred: int = 0
+    skipped: int = 0
+    gone: int = 0
+    pruned: int = 0
+    complete: bool = True  # False when a page could not be listed (the walk stopped early)
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+    def count(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+
+def cause_of(exc: BaseException, stage: str = "") -> str:
+    """The cause stored with a quarantined frame: short, one line, storable on both backends."""
+    if isinstance(exc, FrameRejected):
+        text = exc.cause
+    else:
+        name = type(exc).__name__
+        try:
+            from .decoders import DecodeError
+        except ImportError:  # pragma: no cover
+            DecodeError = ()  # type: ignore[assignment]
+        try:
+            from .projection import ProjectionError  # type: ignore[attr-defined]
+        except ImportError:
+            ProjectionError = ()  # type: ignore[assignment]
+        if stage == "decode":
+            text = f"decode: {exc}" if isinstance(exc, DecodeError) else f"decoder failed ({name}): {exc}"
+        elif isinstance(exc, ProjectionError):
+            text = f"projection: {exc}"
+        elif is_integrity_error(exc):
+            text = f"projection rejected by the database ({name}): {exc}"
+        else:
+            text = f"internal error ({name}): {exc}"
+    text = " ".join(text.replace("\x00", "").split())
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > MAX_CAUSE:
+        text = text[: MAX_CAUSE - 1] + "…"
+    return text or "unknown error"
+
+
+def busy_error(dialect: str) -> Exception:
+    """The transient database error the ``ingest.busy`` fault raises, per backend."""
+    if dialect == "postgresql":
+        from psycopg import errors as pgerr
+
+        return pgerr.SerializationFailure(f"could not serialize access (fault {FAULT_BUSY})")
+    exc = sqlite3.OperationalError(f"database is locked (fault {FAULT_BUSY})")
+    exc.sqlite_errorcode = 5  # SQLITE_BUSY
+    return exc
+
+
+class Worker:
+    """Drains the inbox; ``start()`` runs it on its own thread, ``drain()`` runs one pass."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        counters: BridgeCounters | None = None,
+        faults: Faults | None = None,
+        clock: Clock | None = None,
+        decode: Decode | None = None,
+        project: Project | None = None,
+        validate: bool | None = None,
+        sleep: Callable[[float], None] | None = None,
+        page_size: int = PAGE_SIZE,
+        group_size: int = 1,
+        retry_base_ms: int = RETRY_BASE_MS,
+        retry_max_ms: int = RETRY_MAX_MS,
+        codec_platforms: dict[str, str] | None = None,
+        on_message: Callable | None = None,
+    ) -> None:
+        if page_size < 1 or group_size < 1:
+            raise ValueError("page_size and group_size must be at least 1")
+        self.store = store
+        self.clock = clock or store.clock
+        self.faults = faults if faults is not None else store.faults
+        self.counters = counters if counters is not None else BridgeCounters()
+        self.page_size = page_size
+        self.group_size = group_size
+        self.sleep = sleep or time.sleep
+        self.retries = RetrySchedule(retry_base_ms, retry_max_ms)
+        self.on_message = on_message
+        self._decode = decode
+        self._project = project
+        self._validate = validate
+        self._codec_platforms = codec_platforms
+        self._ctx_type: Any = None
+        self._resolved = False
+        self._unavailable_logged = False
+        self._platforms: dict[str, str] = {}
+        self._conn: Dedicated | None = None
+        self._cur_bridge: str | None = None
+        self._cur_codec: str | None = None
+        self._listed_retries: list[str] = []
+        # thread
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._pending = False
+        self._pause_until: int | None = None
+        self._drain_lock = threading.Lock()
+        self._drained = threading.Condition()
+        self.drains = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._pending = True  # the start drain
+        self.clock.add_listener(self._on_clock)
+        self._thread = threading.Thread(target=self._run, name="tidings-ingest", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        thread = self._thread
+        alive = False
+        if thread is not None:
+            self._stopping = True
+            self._wake.set()
+            thread.join(timeout)
+            alive = thread.is_alive()
+            self._thread = None
+            self.clock.remove_listener(self._on_clock)
+        with self._drain_lock:
+            if not alive:
+                self._stopping = False  # a later synchronous drain() may run again
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def notify(self) -> None:
+        """Frames were appended: drain soon (cheap; callable from any thread)."""
+        self._pending = True
+        self._wake.set()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        """Block until ``predicate()`` holds after some drain (tests, CLI); True if it did."""
+        with self._drained:
+            return self._drained.wait_for(predicate, timeout)
+
+    def _on_clock(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if self._pending or self._timer_due():
+                self._pending = False
+                try:
+                    stats = self.drain()
+                    if not stats.complete:
+                        self._pause_until = self.clock.now_ms() + self.retries.base_ms
+                except Exception as exc:  # noqa: BLE001 - the thread must survive anything
+                    log.error("ingest drain failed; retrying later", error=f"{type(exc).__name__}: {exc}")
+                    self._pause_until = self.clock.now_ms() + self.retries.base_ms
+                continue
+            self._wake.wait(self._wait_timeout())
+            self._wake.clear()
+
+    def _next_timer(self) -> int | None:
+        # After a failed drain the pause rules, or a due retry entry would spin the loop.
+        if self._pause_until is not None:
+            return self._pause_until
+        return self.retries.earliest()
+
+    def _timer_due(self) -> bool:
+        when = self._next_timer()
+        if when is None or self.clock.now_ms() < when:
+            return False
+        self._pause_until = None
+        return True
+
+    def _wait_timeout(self) -> float | None:
+        when = self._next_timer()
+        if when is None or self.clock.is_fake:
+            return None  # a fake clock's listener wakes us when it moves
+        return max(0.0, (when - self.clock.now_ms()) / 1000.0)
+
+    # -- wiring ----------------------------------------------------------------------------
+    def _resolve(self) -> None:
+        if self._resolved:
+            return
+        from .decoders import DECODERS, decode_frame
+
+        if self._codec_platforms is None:
+            self._codec_platforms = {codec: dec.platform for codec, dec in DECODERS.items()}
+        if self._decode is None:
+            self._decode = decode_frame
+        if self._validate is None:
+            # decode_frame validates every event it returns; anything else is checked here.
+            self._validate = self._decode is not decode_frame
+        try:
+            from . import projection  # type: ignore[attr-defined]
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__package__}.projection":
+                raise
+            projection = None
+        if self._project is None:
+            if projection is None:
+                raise _Unavailable("the projection module is not part of this build")
+            self._project = projection.project_frame
+        self._ctx_type = getattr(projection, "ProjectionContext", None) or _FallbackContext
+        self._resolved = True
+
+    def _connection(self) -> Dedicated:
+        if self._conn is None:
+            self._conn = self.store.dedicated()
+        return self._conn
+
+    def _recover(self, exc: BaseException) -> None:
+        """After a transient error: take a fresh connection if the old one is broken."""
+        conn = self._conn
+        if conn is None or self.store.dialect != "postgresql":
+            return
+        dbapi = conn.dbapi
+        if getattr(dbapi, "closed", False) or getattr(dbapi, "broken", False):
+            try:
+                conn.reconnect()
+            except Exception as again:  # noqa: BLE001 - next try reports it
+                log.warning("ingest reconnect failed", error=str(again))
+
+    def _sleep_ms(self, ms: int) -> None:
+        self.sleep(ms / 1000.0)
+
+    # -- the drain -------------------------------------------------------------------------
+    def drain(self, on_frame: Callable[[str, str], None] | None = None) -> DrainStats:
+        """One full pass over the unprocessed frames (see the module docstring)."""
+        with self._drain_lock:
+            try:
+                self._resolve()
+            except _Unavailable as exc:
+                if not self._unavailable_logged:
+                    self._unavailable_logged = True
+                    log.error("ingest worker idle: frames stay in the inbox", reason=str(exc))
+                return DrainStats(complete=False)
+            try:
+                return self._drain(on_frame)
+            finally:
+                with self._drained:
+                    self.drains += 1
+                    self._drained.notify_all()
+
+    def _drain(self, on_frame: Callable[[str, str], None] | None) -> DrainStats:
+        stats = DrainStats()
+        retries = self.retries
+        now = self.clock.now_ms()
+        after_ms, after_id = 0, ""
+        # Retry entries to keep: frames listed by this walk (deferred before, or just now).
+        listed_retries = self._listed_retries = []
+        batch: list[str] = []
+        while True:
+            page = self._list_page(after_ms, after_id)
+            if page is None:
+                stats.complete = False
+                return stats
+            for _received, inbox_id in page:
+                if self._stopping:  # shutting down: stop between frames, prune nothing
+                    stats.complete = False
+                    return stats
+                stats.listed += 1
+                if inbox_id in retries:
+                    listed_retries.append(inbox_id)
+                    if retries.waiting(inbox_id, now):
+                        stats.skipped += 1
+                        continue
+                if self.group_size == 1:
+                    self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)
+                else:
+                    batch.append(inbox_id)
+                    if len(batch) >= self.group_size:
+                        self._run_group(batch, stats, on_frame)
+                        batch = []
+            if batch:
+                self._run_group(batch, stats, on_frame)
+                batch = []
+            if len(page) < self.page_size:
+                break
+            after_ms, after_id = page[-1]
+        stats.pruned = retries.prune(listed_retries)
+        return stats
+
+    def _finish(
+        self, inbox_id: str, outcome: str, stats: DrainStats, on_frame: Callable[[str, str], None] | None
+    ) -> None:
+        if outcome == DEFERRED:
+            self.retries.defer(inbox_id, self.clock.now_ms())
+            self._listed_retries.append(inbox_id)
+        else:
+            self.retries.forget(inbox_id)
+        stats.count(outcome)
+        if on_frame is not None:
+            on_frame(inbox_id, outcome)
+
+    def _list_page(self, after_ms: int, after_id: str) -> list[tuple[int, str]] | None:
+        conn = self._connection()
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                self._sleep_ms(TRANSIENT_SLEEPS_MS[attempt - 1])
+            try:
+                with conn.read() as tx:
+                    return inbox_store.unprocessed_after(tx, after_ms, after_id, self.page_size)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._recover(exc)
+                last = exc
+        log.warning("could not list unprocessed ingest frames; retrying later", error=str(last))
+        return None
+
+    # -- one frame ---------------------------------------------------------------------------
+    def _process_one(self, inbox_id: str, first_try: int = 0) -> str:
+        conn = self._connection()
+        self._cur_bridge = self._cur_codec = None
+        last: BaseException | None = None
+        for attempt in range(first_try, ATTEMPTS):
+            if attempt:
+                self._sleep_ms(TRANSIENT_SLEEPS_MS[attempt - 1])
+            try:
+                with conn.write() as tx:
+                    outcome, staged = self._apply(tx, inbox_id)
+            except _Gone:
+                return GONE
+            except Exception as exc:
+                if is_transient(exc):
+                    self._recover(exc)
+                    last = exc
+                    if attempt < ATTEMPTS - 1 and self._cur_bridge is not None:
+                        self.counters.of(self._cur_bridge).incr("transient_retries")
+                    continue
+                return self._quarantine(inbox_id, exc)
+            if staged is not None:
+                staged.commit()
+                staged.target.incr("projected")
+            return outcome
+        self._deferred(inbox_id, last)
+        return DEFERRED
+
+    def _apply(self, tx: Tx, inbox_id: str) -> tuple[str, StagedCounters | None]:
+        """Load, decode and project one frame inside ``tx``; mark it applied."""
+        row = inbox_store.load_unprocessed(tx, inbox_id)
+        if row is None:
+            return GONE, None
+        bridge_id, codec, codec_version, received_at_ms, payload = row
+        self._cur_bridge, self._cur_codec = bridge_id, codec
+        platform = self._platforms.get(bridge_id)
+        if platform is None:
+            platform = inbox_store.bridge_platform(tx, bridge_id)
+            self._platforms[bridge_id] = platform
+        expected = self._codec_platforms.get(codec)  # type: ignore[union-attr]
+        if expected is not None and expected != platform:
+            raise FrameRejected(
+                f"codec {codec!r} carries {expected} frames but bridge {bridge_id} is a {platform} bridge"
+            )
+        counters = self.counters.of(bridge_id)
+        try:
+            events = self._decode(codec, codec_version, payload)  # type: ignore[misc]
+        except Exception as exc:
+            raise FrameRejected(cause_of(exc, "decode")) from exc
+        if type(events) is not list:
+            raise FrameRejected(f"decode: the decoder returned {type(events).__name__}, not a list of events")
+        counters.incr("decoded_events", len(events))
+        if self._validate:
+            self._check_events(events)
+        if self.faults.fire(FAULT_BUSY):
+            raise busy_error(tx.dialect)
+        staged = StagedCounters(counters)
+        ctx = self._ctx_type(
+            bridge_id=bridge_id,
+            platform=platform,
+            inbox_id=inbox_id,
+            received_at_ms=received_at_ms,
+            now_ms=self.clock.now_ms(),
+            counters=staged,
+            on_message=self.on_message,
+        )
+        self._project(tx, ctx, events)  # type: ignore[misc]
+        if not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
+            raise _Gone()
+        return APPLIED, staged
+
+    @staticmethod
+    def _check_events(events: list) -> None:
+        from .events import InvalidEvent, validate_event
+
+        for i, ev in enumerate(events):
+            try:
+                validate_event(ev)
+            except InvalidEvent as exc:
+                raise FrameRejected(f"invalid event {i}: {exc}") from exc
+
+    def _quarantine(self, inbox_id: str, exc: BaseException) -> str:
+        cause = cause_of(exc)
+        bridge_id, codec = self._cur_bridge, self._cur_codec
+        conn = self._connection()
+        last: BaseException | None = None
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                self._sleep_ms(TRANSIENT_SLEEPS_MS[attempt - 1])
+            try:
+                with conn.write() as tx:
+                    marked = inbox_store.mark_quarantined(tx, inbox_id, self.clock.now_ms(), cause)
+            except Exception as again:
+                if is_transient(again):
+                    self._recover(again)
+                    last = again
+                    continue
+                log.error(
+                    "could not quarantine ingest frame; retrying later",
+                    inbox_id=inbox_id, bridge_id=bridge_id, cause=cause, error=f"{type(again).__name__}: {again}",
+                )
+                return self._deferred(inbox_id, again, count=False)
+            if not marked:
+                return GONE
+            self._quarantined(inbox_id, bridge_id, codec, cause)
+            return QUARANTINED
+        return self._deferred(inbox_id, last)
+
+    def _quarantined(self, inbox_id: str, bridge_id: str | None, codec: str | None, cause: str) -> None:
+        if bridge_id is not None:
+            self.counters.of(bridge_id).incr("quarantined")
+        log.warning("ingest frame quarantined", inbox_id=inbox_id, bridge_id=bridge_id, codec=codec, cause=cause)
+
+    def _deferred(self, inbox_id: str, exc: BaseException | None, count: bool = True) -> str:
+        bridge_id = self._cur_bridge or self._bridge_of(inbox_id)
+        if count and bridge_id is not None:
+            self.counters.of(bridge_id).incr("deferred")
+        log.warning(
+            "ingest frame exhausted its transient retries; left unprocessed for a later retry",
+            inbox_id=inbox_id, bridge_id=bridge_id, error=str(exc),
+        )
+        return DEFERRED
+
+    def _bridge_of(self, inbox_id: str) -> str | None:
+        try:
+            with self.store.read() as tx:
+                row = inbox_store.frame_state(tx, inbox_id)
+        except Exception:  # noqa: BLE001 - only used to attribute a counter
+            return None
+        return None if row is None else row["bridge_id"]
+
+    # -- groups ------------------------------------------------------------------------------
+    def _run_group(
+        self, ids: list[str], stats: DrainStats, on_frame: Callable[[str, str], None] | None
+    ) -> None:
+        for inbox_id, outcome in self._process_group(ids):
+            self._finish(inbox_id, outcome, stats, on_frame)
+
+    def _process_group(self, ids: list[str]) -> list[tuple[str, str]]:
+        """Several frames in one transaction, a SAVEPOINT each (see the module docstring)."""
+        if len(ids) == 1:
+            return [(ids[0], self._process_one(ids[0]))]
+        conn = self._connection()
+        done: list[tuple[str, str]] = []
+        staged_all: list[StagedCounters] = []
+        quarantined: list[tuple[str, str | None, str | None, str]] = []
+        leftover: list[str] = []
+        try:
+            with conn.write() as tx:
+                for index, inbox_id in enumerate(ids):
+                    self._cur_bridge = self._cur_codec = None
+                    try:
+                        with tx.savepoint():
+                            outcome, staged = self._apply(tx, inbox_id)
+                    except _Gone:
+                        done.append((inbox_id, GONE))
+                        continue
+                    except Exception as exc:
+                        if is_transient(exc):
+                            if self._cur_bridge is not None:
+                                self.counters.of(self._cur_bridge).incr("transient_retries")
+                            leftover = ids[index:]
+                            break
+                        cause = cause_of(exc)
+                        with tx.savepoint():
+                            marked = inbox_store.mark_quarantined(tx, inbox_id, self.clock.now_ms(), cause)
+                        if marked:
+                            quarantined.append((inbox_id, self._cur_bridge, self._cur_codec, cause))
+                            done.append((inbox_id, QUARANTINED))
+                        else:
+                            done.append((inbox_id, GONE))
+                        continue
+                    done.append((inbox_id, outcome))
+                    if staged is not None:
+                        staged_all.append(staged)
+        except Exception as exc:  # nothing of the group committed: one frame at a time
+            if not is_transient(exc):
+                log.error("ingest group failed; replaying it frame by frame", error=f"{type(exc).__name__}: {exc}")
+            self._recover(exc)
+            return [(inbox_id, self._process_one(inbox_id)) for inbox_id in ids]
+        for staged in staged_all:
+            staged.commit()
+            staged.target.incr("projected")
+        for inbox_id, bridge_id, codec, cause in quarantined:
+            self._quarantined(inbox_id, bridge_id, codec, cause)
+        if leftover:
+            done.append((leftover[0], self._process_one(leftover[0], first_try=1)))
+            done.extend((inbox_id, self._process_one(inbox_id)) for inbox_id in leftover[1:])
+        return done

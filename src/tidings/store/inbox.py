@@ -1,0 +1,183 @@
+"""Bridges and the ingest inbox: rows only, no policy.
+
+The drain's two hot statements are ``UNPROCESSED_AFTER`` (positions only, a row-value range
+seek over the partial index ``inbox_unprocessed_idx``) and ``LOAD_UNPROCESSED`` (one frame
+by primary key). ``MARK_APPLIED`` / ``MARK_QUARANTINED`` only touch a row that is still
+unprocessed, so a frame is finished at most once whoever races for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import Tx
+from .sql import Stmt
+
+# -- bridges -----------------------------------------------------------------------------
+BRIDGE_COLUMNS = "b.id, b.platform, b.name, b.owner_id, b.account_id, b.created_at_ms, a.handle"
+
+INSERT_BRIDGE = Stmt(
+    "INSERT INTO bridges (id, platform, name, owner_id, account_id, created_at_ms) "
+    "VALUES (:id, :platform, :name, :owner_id, :account_id, :now)"
+)
+BRIDGE_BY_ID = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id WHERE b.id = :id")
+ALL_BRIDGES = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id ORDER BY b.created_at_ms, b.id")
+BRIDGES_OWNED_BY = Stmt(
+    f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id "
+    "WHERE b.owner_id = :owner_id ORDER BY b.created_at_ms, b.id"
+)
+BRIDGE_PLATFORM = Stmt("SELECT platform FROM bridges WHERE id = :id")
+BRIDGE_IDS = Stmt("SELECT id FROM bridges ORDER BY id")
+
+# -- inbox: append -------------------------------------------------------------------------
+INSERT_FRAME = Stmt(
+    "INSERT INTO inbox (inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, "
+    "client_received_at_ms, payload) VALUES (:inbox_id, :bridge_id, :dedupe_key, :codec, "
+    ":codec_version, :received_at_ms, :client_received_at_ms, :payload) "
+    "ON CONFLICT (bridge_id, dedupe_key) WHERE dedupe_key <> '' DO NOTHING"
+)
+FRAME_BY_DEDUPE = Stmt(
+    "SELECT inbox_id, codec, codec_version, payload FROM inbox "
+    "WHERE bridge_id = :bridge_id AND dedupe_key = :dedupe_key"
+)
+
+# -- inbox: drain ----------------------------------------------------------------------------
+UNPROCESSED_AFTER = Stmt(
+    "SELECT received_at_ms, inbox_id FROM inbox "
+    "WHERE processed_at_ms IS NULL AND (received_at_ms, inbox_id) > (:after_ms, :after_id) "
+    "ORDER BY received_at_ms, inbox_id LIMIT :limit",
+    name="inbox.unprocessed_after",
+)
+LOAD_UNPROCESSED = Stmt(
+    "SELECT bridge_id, codec, codec_version, received_at_ms, payload FROM inbox "
+    "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL",
+    name="inbox.load_unprocessed",
+)
+MARK_APPLIED = Stmt(
+    "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
+    "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL",
+    name="inbox.mark_applied",
+)
+MARK_QUARANTINED = Stmt(
+    "UPDATE inbox SET processed_at_ms = :now, outcome = 'quarantined', cause = :cause "
+    "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL",
+    name="inbox.mark_quarantined",
+)
+
+# -- inbox: status and inspection -------------------------------------------------------------
+BACKLOG = Stmt("SELECT count(*) FROM inbox WHERE processed_at_ms IS NULL")
+BACKLOG_BY_BRIDGE = Stmt(
+    "SELECT bridge_id, count(*) FROM inbox WHERE processed_at_ms IS NULL GROUP BY bridge_id"
+)
+QUARANTINED_COUNT_BY_BRIDGE = Stmt(
+    "SELECT bridge_id, count(*) FROM inbox WHERE outcome = 'quarantined' GROUP BY bridge_id"
+)
+QUARANTINED_OF_BRIDGE = Stmt(
+    "SELECT inbox_id, codec, cause, received_at_ms FROM inbox "
+    "WHERE bridge_id = :bridge_id AND outcome = 'quarantined' "
+    "ORDER BY received_at_ms DESC, inbox_id DESC LIMIT :limit"
+)
+FRAME_STATE = Stmt(
+    "SELECT inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, client_received_at_ms, "
+    "processed_at_ms, outcome, cause FROM inbox WHERE inbox_id = :inbox_id"
+)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def insert_bridge(
+    tx: Tx, *, id: str, platform: str, name: str, owner_id: str | None, account_id: str, now: int
+) -> None:
+    tx.execute(
+        INSERT_BRIDGE,
+        {"id": id, "platform": platform, "name": name, "owner_id": owner_id, "account_id": account_id, "now": now},
+    )
+
+
+def bridge(tx: Tx, bridge_id: str) -> dict[str, Any] | None:
+    return tx.mapping(BRIDGE_BY_ID, {"id": bridge_id})
+
+
+def bridges(tx: Tx, owner_id: str | None = None) -> list[dict[str, Any]]:
+    if owner_id is None:
+        return tx.mappings(ALL_BRIDGES)
+    return tx.mappings(BRIDGES_OWNED_BY, {"owner_id": owner_id})
+
+
+def bridge_platform(tx: Tx, bridge_id: str) -> str | None:
+    return tx.scalar(BRIDGE_PLATFORM, {"id": bridge_id})
+
+
+def bridge_ids(tx: Tx) -> list[str]:
+    return [r[0] for r in tx.all(BRIDGE_IDS)]
+
+
+def insert_frame(
+    tx: Tx,
+    *,
+    inbox_id: str,
+    bridge_id: str,
+    dedupe_key: str,
+    codec: str,
+    codec_version: int,
+    received_at_ms: int,
+    client_received_at_ms: int | None,
+    payload: str,
+) -> bool:
+    """Insert one frame; False when (bridge, non-empty dedupe_key) is already stored."""
+    n = tx.rowcount(
+        INSERT_FRAME,
+        {
+            "inbox_id": inbox_id,
+            "bridge_id": bridge_id,
+            "dedupe_key": dedupe_key,
+            "codec": codec,
+            "codec_version": codec_version,
+            "received_at_ms": received_at_ms,
+            "client_received_at_ms": client_received_at_ms,
+            "payload": payload,
+        },
+    )
+    return n == 1
+
+
+def frame_by_dedupe(tx: Tx, bridge_id: str, dedupe_key: str) -> tuple | None:
+    """(inbox_id, codec, codec_version, payload) of the stored frame with this key."""
+    return tx.one(FRAME_BY_DEDUPE, {"bridge_id": bridge_id, "dedupe_key": dedupe_key})
+
+
+def unprocessed_after(tx: Tx, after_ms: int, after_id: str, limit: int) -> list[tuple[int, str]]:
+    """Positions ``(received_at_ms, inbox_id)`` of unprocessed frames after the cursor."""
+    return tx.all(UNPROCESSED_AFTER, {"after_ms": after_ms, "after_id": after_id, "limit": limit})
+
+
+def load_unprocessed(tx: Tx, inbox_id: str) -> tuple | None:
+    """(bridge_id, codec, codec_version, received_at_ms, payload), or None once processed."""
+    return tx.one(LOAD_UNPROCESSED, {"inbox_id": inbox_id})
+
+
+def mark_applied(tx: Tx, inbox_id: str, now: int) -> bool:
+    return tx.rowcount(MARK_APPLIED, {"inbox_id": inbox_id, "now": now}) == 1
+
+
+def mark_quarantined(tx: Tx, inbox_id: str, now: int, cause: str) -> bool:
+    return tx.rowcount(MARK_QUARANTINED, {"inbox_id": inbox_id, "now": now, "cause": cause}) == 1
+
+
+def backlog(tx: Tx) -> int:
+    return int(tx.scalar(BACKLOG) or 0)
+
+
+def backlog_by_bridge(tx: Tx) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in tx.all(BACKLOG_BY_BRIDGE)}
+
+
+def quarantined_count_by_bridge(tx: Tx) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in tx.all(QUARANTINED_COUNT_BY_BRIDGE)}
+
+
+def quarantined(tx: Tx, bridge_id: str, limit: int) -> list[dict[str, Any]]:
+    return tx.mappings(QUARANTINED_OF_BRIDGE, {"bridge_id": bridge_id, "limit": limit})
+
+
+def frame_state(tx: Tx, inbox_id: str) -> dict[str, Any] | None:
+    return tx.mapping(FRAME_STATE, {"inbox_id": inbox_id})

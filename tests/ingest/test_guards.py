@@ -1,0 +1,423 @@
+"""Write guards (spec §3, §6.2-§6.3), with row writes counted by triggers on both backends:
+a repeated snapshot writes nothing, a changed one writes only the difference, every
+guarded column changed alone writes its row, the recency bump, the reaction fence (the
+empty-snapshot rule and its negative control), and the roster's no-lock unchanged check.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tidings.store import bridge_messages, conversations, identities, reactions
+from tidings.store.conversations import RosterError, RosterRow
+from tidings.store.reactions import SnapshotEntry
+
+from test_projection_support import PROJECTION_TABLES, World, conv, gmsg, member, msg, react, ref
+from writecount import WriteCounter
+
+
+@pytest.fixture
+def counted(store):
+    with WriteCounter(store, PROJECTION_TABLES) as wc:
+        yield wc
+
+
+def group_snapshot(n_members=20, *, rename=None, drop=None, add_admin=None, title="Friends"):
+    members = [member("+1555000%04d" % i, f"Member {i}") for i in range(n_members)]
+    if rename is not None:
+        members[rename] = member("+1555000%04d" % rename, "Renamed")
+    if drop is not None:
+        del members[drop]
+    if add_admin is not None:
+        members.append(member(add_admin, "New Admin", role="admin"))
+    members.append(member("+15559999", "Me", self_=True))
+    return conv("grp", members, title=title)
+
+
+# -- snapshots ---------------------------------------------------------------------------
+def test_repeated_group_snapshot_writes_nothing(store, counted):
+    w = World(store, "google")
+    assert w.frame([group_snapshot()])
+    assert counted.nonzero() == {
+        "identities": {"insert": 21}, "conversations": {"insert": 1}, "conversation_participants": {"insert": 21},
+    }
+    before = w.dump()
+    counted.reset()
+    store.clock.advance(60_000)
+    assert not w.frame([group_snapshot()])
+    assert counted.total() == 0
+    assert w.dump() == before
+
+
+def test_changed_group_snapshot_writes_only_the_difference(store, counted):
+    w = World(store, "google")
+    w.frame([group_snapshot()])
+    created = w.conversation("grp")
+    counted.reset()
+    store.clock.advance(60_000)
+    # rename member 3, drop member 7, add an admin, retitle
+    assert w.frame([group_snapshot(rename=3, drop=7, add_admin="+15558888", title="Best friends")])
+    assert counted.nonzero() == {
+        "identities": {"update": 1, "insert": 1},
+        "conversations": {"update": 1},
+        "conversation_participants": {"update": 1, "delete": 1, "insert": 1},
+    }
+    c = w.conversation("grp")
+    assert c["title"] == "Best friends" and c["updated_at_ms"] == w.now and c["created_at_ms"] == created["created_at_ms"]
+    roster = w.roster("grp")
+    assert roster["+15550000003"] == ("member", "Renamed", True) and "+15550000007" not in roster
+    assert roster["+15558888"] == ("admin", "New Admin", True)
+    assert w.identity("+15550000003")["display_name"] == "Renamed"
+    assert w.identity("+15550000003")["updated_at_ms"] == w.now
+
+    # A roster-only change: one roster delete and the conversation's touch.
+    counted.reset()
+    store.clock.advance(1_000)
+    assert w.frame([group_snapshot(rename=3, drop=7, title="Best friends")])
+    assert counted.nonzero() == {"conversations": {"update": 1}, "conversation_participants": {"delete": 1}}
+    assert w.conversation("grp")["updated_at_ms"] == w.now
+
+
+def test_roster_touch_never_moves_updated_at_backwards(store):
+    w = World(store, "google")
+    store.clock.set(10_000)
+    w.frame([conv("g", [member("+15550100")])])
+    store.clock.set(5_000)  # a clock that went back (e.g. a replay pinned to old receipt times)
+    w.frame([conv("g", [member("+15550100"), member("+15550111")])])
+    assert len(w.roster("g")) == 2
+    assert w.conversation("g")["updated_at_ms"] == 10_000
+
+
+def test_repeated_message_frames_write_nothing(store, counted):
+    w = World(store, "signal")
+    frame = [msg("signal:+15550100", "bob:1", ref("+15550100", "Bob", platform="signal"), at=1_000)]
+    w.frame(frame)
+    counted.reset()
+    store.clock.advance(60_000)
+    assert not w.frame(frame)
+    assert counted.total() == 0
+
+
+def test_repeated_google_message_frame_writes_only_the_fence_when_newer(store, counted):
+    w = World(store, "google")
+    frame = [gmsg("c1", "m1", ref("+15550100"), at=1_000), react("c1", "m1", ref("+15550111"), "👍")]
+    w.frame(frame, received_at_ms=100)
+    counted.reset()
+    assert not w.frame(frame, received_at_ms=100)  # a write at the fence's own sequence
+    assert counted.total() == 0
+    assert w.frame(frame, received_at_ms=200)  # newer, unchanged: the fence alone advances
+    assert counted.nonzero() == {"reaction_fences": {"update": 1}}
+    counted.reset()
+    assert not w.frame(frame, received_at_ms=150)  # older: rejected whole
+    assert counted.total() == 0
+    assert w.fence("c1", "m1") == 200
+
+
+# -- every guarded column, alone ---------------------------------------------------------
+def _count(store, tables):
+    return WriteCounter(store, tables)
+
+
+def test_every_identity_guard_column_changed_alone_writes_its_row(store):
+    w = World(store, "google")
+    base = dict(id="idn_x", bridge_id=w.bridge_id, kind="e164", canonical="+1555", raw="+1555",
+                display_name="Bob", is_self=False, metadata="{}")
+    with _count(store, ["identities"]) as wc:
+        with store.write() as tx:
+            assert identities.upsert(tx, **base, now=1)
+        for column, value in [("raw", "+1 555"), ("display_name", "Robert"), ("display_name", ""),
+                              ("is_self", True), ("metadata", '{"a": 1}')]:
+            wc.reset()
+            changed = {**base, column: value}
+            with store.write() as tx:
+                assert not identities.upsert(tx, **base, now=2), "same values must not write"
+                assert identities.upsert(tx, **changed, now=3), column
+                assert not identities.upsert(tx, **changed, now=4)
+                assert identities.upsert(tx, **base, now=5)
+            assert wc.snapshot()["identities"] == {"insert": 0, "update": 2, "delete": 0}, column
+        with store.read() as tx:
+            row = identities.by_id(tx, "idn_x")
+        assert row["created_at_ms"] == 1 and row["updated_at_ms"] == 5
+
+
+def test_every_conversation_guard_column_changed_alone_writes_its_row(store):
+    w = World(store, "google")
+    base = dict(id="conv_x", bridge_id=w.bridge_id, remote_id="r", kind="group", title="T", remote_revision=None)
+    with _count(store, ["conversations"]) as wc:
+        with store.write() as tx:
+            assert conversations.upsert(tx, **base, now=1)
+        cases = [("kind", "direct"), ("title", ""), ("title", "U"), ("remote_revision", "1")]
+        for column, value in cases:
+            wc.reset()
+            changed = {**base, column: value}
+            with store.write() as tx:
+                assert not conversations.upsert(tx, **base, now=2)
+                assert conversations.upsert(tx, **changed, now=3), column
+                assert not conversations.upsert(tx, **changed, now=4)
+                assert conversations.upsert(tx, **base, now=5)
+            assert wc.snapshot()["conversations"]["update"] == 2, column
+        # NULL transitions of the revision both ways, and a value change
+        wc.reset()
+        with store.write() as tx:
+            for rev in ("1", "2", None, None):
+                conversations.upsert(tx, **{**base, "remote_revision": rev}, now=6)
+        assert wc.snapshot()["conversations"]["update"] == 3
+
+
+def test_every_message_guard_column_changed_alone_writes_its_row(store):
+    w = World(store, "signal")
+    w.frame([msg("signal:a", "m0", ref("+15550100", platform="signal"), at=500)])
+    sender = w.ident_id("+15550100")
+    conv_id = w.conv_id("signal:a")
+    base = dict(id="bmsg_x", bridge_id=w.bridge_id, conversation_id=conv_id, remote_message_id="x",
+                sender_identity_id=None, direction="incoming", body="b", reply_to_remote_id=None, occurred_at_ms=1_000)
+    with _count(store, ["bridge_messages"]) as wc:
+        with store.write() as tx:
+            assert bridge_messages.upsert(tx, **base, now=1) == "inserted"
+        for column, value in [("sender_identity_id", sender), ("direction", "outgoing"), ("body", ""),
+                              ("body", "c"), ("reply_to_remote_id", "m0"), ("occurred_at_ms", 1_001)]:
+            wc.reset()
+            changed = {**base, column: value}
+            with store.write() as tx:
+                assert bridge_messages.upsert(tx, **base, now=2) is None
+                assert bridge_messages.upsert(tx, **changed, now=3) == "updated", column
+                assert bridge_messages.upsert(tx, **changed, now=4) is None
+                assert bridge_messages.upsert(tx, **base, now=5) == "updated"
+            assert wc.snapshot()["bridge_messages"] == {"insert": 0, "update": 2, "delete": 0}, column
+
+
+# -- recency -----------------------------------------------------------------------------
+def test_recency_bump_writes_only_when_strictly_newer(store):
+    w = World(store, "google")
+    w.frame([gmsg("c1", "m1", ref("+15550100"), at=5_000)])
+    cid = w.conv_id("c1")
+    with _count(store, ["conversations"]) as wc:
+        with store.write() as tx:
+            assert not conversations.bump_recency(tx, cid, 5_000)  # equal
+            assert not conversations.bump_recency(tx, cid, 4_000)  # older
+            assert not conversations.bump_recency(tx, "conv_missing", 9_000)
+        assert wc.total() == 0
+        with store.write() as tx:
+            assert conversations.bump_recency(tx, cid, 5_001)
+        assert wc.snapshot()["conversations"]["update"] == 1
+    # the message path: an equal-time message in a later frame bumps nothing
+    with _count(store, ["conversations"]) as wc:
+        w.frame([gmsg("c1", "m2", ref("+15550100"), at=5_001)])
+        assert wc.of("conversations") == 0
+
+
+# -- the reaction fence ------------------------------------------------------------------
+def test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one(store):
+    w = World(store, "google")
+    bob, me = ref("+15550100"), ref("+15559999", self_=True)
+    empty = [gmsg("c1", "m1", bob, at=1_000)]
+    reacted = empty + [react("c1", "m1", me, "👍")]
+    w.frame(empty, received_at_ms=200)
+    assert w.fence("c1", "m1") == 200
+    w.frame(reacted, received_at_ms=100)  # the deferred older frame, retried late
+    assert w.reactions("c1", "m1", active_only=False) == {}
+    assert w.fence("c1", "m1") == 200
+    w.frame(reacted, received_at_ms=300)
+    assert w.reactions("c1", "m1") == {"self": "👍"}
+    w.frame(empty, received_at_ms=400)
+    assert w.reactions("c1", "m1") == {}
+    assert w.fence("c1", "m1") == 400
+
+
+def test_newer_empty_snapshot_writes_exactly_one_fence_row(store, counted):
+    w = World(store, "google")
+    w.frame([gmsg("c1", "m1", ref("+15550100"), at=1_000)], received_at_ms=100)
+    counted.reset()
+    w.frame([gmsg("c1", "m1", ref("+15550100"), at=1_000)], received_at_ms=200)
+    assert counted.nonzero() == {"reaction_fences": {"update": 1}}
+
+
+def test_snapshot_at_the_fence_sequence_is_accepted_and_its_fence_write_skipped(store, counted):
+    w = World(store, "google")
+    bob = ref("+15550100")
+    w.frame([gmsg("c1", "m1", bob, at=1_000)], received_at_ms=100)
+    counted.reset()
+    w.frame([gmsg("c1", "m1", bob, at=1_000), react("c1", "m1", bob, "😮")], received_at_ms=100)
+    assert w.reactions("c1", "m1") == {w.ident_id("+15550100"): "😮"}
+    assert counted.nonzero() == {"reactions": {"insert": 1}}
+
+
+def _snapshot(store, w, message_id, conversation_id, entries, seq):
+    with store.write() as tx:
+        return reactions.apply_snapshot(tx, message_id=message_id, bridge_id=w.bridge_id,
+                                        conversation_id=conversation_id, entries=entries, source_seq_ms=seq,
+                                        now=store.clock.now_ms())
+
+
+def test_empty_snapshot_fence_is_load_bearing_without_reactions(store):
+    """Negative control (spec §3.8): with one message's fence row removed, the stale
+    reaction of an older snapshot comes back on that message only."""
+    w = World(store, "google")
+    bob = ref("+15550100")
+    w.frame([gmsg("c1", "m1", bob, at=1_000), gmsg("c1", "m2", bob, at=1_001)], received_at_ms=200)
+    m1, m2, cid = w.msg_id("c1", "m1"), w.msg_id("c1", "m2"), w.conv_id("c1")
+    assert w.fence("c1", "m1") == w.fence("c1", "m2") == 200
+    assert w.reactions("c1", "m1") == w.reactions("c1", "m2") == {}
+    with store.write() as tx:  # the planted bug: the empty snapshot's fence write skipped for m2
+        tx.raw("DELETE FROM reaction_fences WHERE message_id = " + ("?" if store.dialect == "sqlite" else "%s"), (m2,))
+    stale = {"self": SnapshotEntry(None, True, "👍", 1_000)}
+    r1 = _snapshot(store, w, m1, cid, stale, 100)
+    r2 = _snapshot(store, w, m2, cid, stale, 100)
+    assert (r1.accepted, r2.accepted) == (False, True)
+    assert w.reactions("c1", "m1") == {}
+    assert w.reactions("c1", "m2") == {"self": "👍"}
+
+
+def test_snapshot_writes_only_changed_reactions_and_tombstones_absent_ones(store, counted):
+    w = World(store, "google")
+    bob, carol, dave = ref("+15550100"), ref("+15550111"), ref("+15550122")
+    head = [gmsg("c1", "m1", bob, at=1_000)]
+    w.frame(head + [react("c1", "m1", carol, "👍"), react("c1", "m1", dave, "❤️")], received_at_ms=100)
+    counted.reset()
+    w.frame(head + [react("c1", "m1", carol, "👍"), react("c1", "m1", dave, "😂")], received_at_ms=200)
+    assert counted.nonzero() == {"reactions": {"update": 1}, "reaction_fences": {"update": 1}}
+    counted.reset()
+    w.frame(head + [react("c1", "m1", dave, "😂")], received_at_ms=300)
+    assert counted.nonzero() == {"reactions": {"update": 1}, "reaction_fences": {"update": 1}}
+    assert w.reactions("c1", "m1") == {w.ident_id("+15550122"): "😂"}
+    counts = w.counts()
+    assert counts["reactions_applied"] == 3 and counts["reactions_removed"] == 1
+
+
+# -- the roster --------------------------------------------------------------------------
+def test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches(store, counted):
+    w = World(store, "google")
+    w.frame([conv("g", [member("+15550100", "A"), member("+15550111", "B")])])
+    cid, a = w.conv_id("g"), w.ident_id("+15550100")
+    repeated = [RosterRow(a, "member", "A", True), RosterRow(a, "member", "A", True)]
+    counted.reset()
+    with store.read() as tx:
+        assert not conversations.roster_matches(tx, cid, repeated)
+    with pytest.raises(RosterError, match="appears twice"):
+        with store.write() as tx:
+            conversations.sync_roster(tx, conversation_id=cid, bridge_id=w.bridge_id, rows=repeated, touched_at_ms=9)
+    assert counted.total() == 0
+
+
+def test_roster_sync_of_a_missing_conversation_is_an_error(store):
+    w = World(store, "google")
+    with pytest.raises(RosterError, match="does not exist"):
+        with store.write() as tx:
+            conversations.sync_roster(tx, conversation_id="conv_nope", bridge_id=w.bridge_id, rows=[])
+
+
+def test_unchanged_roster_check_takes_no_write_lock(store):
+    """The unchanged check is one plain read: it completes while another connection holds
+    the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: exclusive locks on both tables)."""
+    w = World(store, "google")
+    w.frame([conv("g", [member("+15550100", "A"), member("+15550111", "B", role="admin")])])
+    cid = w.conv_id("g")
+    rows = [RosterRow(w.ident_id("+15550100"), "member", "A", True),
+            RosterRow(w.ident_id("+15550111"), "admin", "B", True)]
+    holder = store.raw_connection()
+    dbapi = holder.driver_connection
+    try:
+        if store.dialect == "sqlite":
+            dbapi.execute("BEGIN IMMEDIATE")
+        else:
+            dbapi.execute("LOCK TABLE conversations, conversation_participants IN EXCLUSIVE MODE")
+        result: list[bool] = []
+
+        def check() -> None:
+            with store.read() as tx:
+                result.append(conversations.roster_matches(tx, cid, rows))
+
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "the unchanged-roster check waited for the write lock"
+        assert result == [True]
+    finally:
+        try:
+            dbapi.rollback() if store.dialect != "sqlite" else dbapi.execute("ROLLBACK")
+        finally:
+            holder.close()
+
+
+def test_unchanged_writes_touch_no_rows(store, counted):
+    w = World(store, "google")
+    w.frame([conv("g", [member("+15550100", "A")], title="T"), ])
+    w.frame([gmsg("g", "m1", ref("+15550100", "A"), at=5_000)], received_at_ms=300)
+    cid, mid, a = w.conv_id("g"), w.msg_id("g", "m1"), w.ident_id("+15550100")
+    counted.reset()
+    with store.write() as tx:
+        assert not identities.upsert(tx, id=a, bridge_id=w.bridge_id, kind="e164", canonical="+15550100",
+                                     raw="+15550100", display_name="A", is_self=False, now=1)
+        assert not conversations.upsert(tx, id=cid, bridge_id=w.bridge_id, remote_id="g", kind="group", title="T",
+                                        remote_revision=None, now=1)
+        assert conversations.sync_roster(tx, conversation_id=cid, bridge_id=w.bridge_id,
+                                         rows=[RosterRow(a, "member", "A", True)], touched_at_ms=1) == 0
+        assert not conversations.bump_recency(tx, cid, 5_000)
+        assert not conversations.bump_recency(tx, cid, 4_000)
+    assert _snapshot(store, w, mid, cid, {}, 300) == (True, 0, 0, False)  # same sequence
+    assert _snapshot(store, w, mid, cid, {}, 200) == (False, 0, 0, False)  # stale
+    assert counted.total() == 0
+
+
+# -- the SQL guards behind the projection's own skips, and the statement budget -------------
+def test_snapshot_and_fence_statements_are_guarded_in_sql(store):
+    """The projection skips unchanged reaction and fence writes before issuing them; the
+    statements are guarded on their own too (the safety net), checked here directly."""
+    w = World(store, "google")
+    w.frame([gmsg("c1", "m1", ref("+15550100"), at=1_000)], received_at_ms=100)
+    mid, cid = w.msg_id("c1", "m1"), w.conv_id("c1")
+    with store.write() as tx:
+        assert not reactions.advance_fence(tx, mid, w.bridge_id, 100, 1)  # its own sequence
+        assert not reactions.advance_fence(tx, mid, w.bridge_id, 50, 1)  # older
+        assert reactions.advance_fence(tx, mid, w.bridge_id, 150, 1)
+        entry = {"message_id": mid, "reactor_key": "self", "bridge_id": w.bridge_id, "conversation_id": cid,
+                 "identity_id": None, "is_self": True, "emoji": "👍", "occurred": 5, "seq": 150, "now": 1}
+        assert tx.rowcount(reactions.UPSERT_ACTIVE, entry) == 1
+        assert tx.rowcount(reactions.UPSERT_ACTIVE, {**entry, "seq": 160, "occurred": 6, "now": 2}) == 0
+        assert tx.rowcount(reactions.UPSERT_ACTIVE, {**entry, "emoji": "🎉"}) == 1
+    assert w.fence("c1", "m1") == 150
+
+
+class StatementCounter:
+    def __init__(self, monkeypatch):
+        from tidings.store.engine import Tx
+
+        self.n = 0
+        original = Tx.execute
+
+        def counting(tx, stmt, params=None):
+            self.n += 1
+            return original(tx, stmt, params)
+
+        monkeypatch.setattr(Tx, "execute", counting)
+
+    def frame(self, w, events, **kw):
+        self.n = 0
+        w.frame(events, **kw)
+        return self.n
+
+
+def test_statement_budget_per_frame(store, monkeypatch):
+    """Few statements per event, and none for what is known to be unchanged (this pins
+    the projection's Python-side skips, which the SQL guards would otherwise mask)."""
+    sig, goo = World(store, "signal"), World(store, "google")
+    bob = ref("+15550100", "Bob", platform="signal")
+    count = StatementCounter(monkeypatch)
+    # identity read+insert, mint, message insert, roster ensure + touch
+    assert count.frame(sig, [msg("signal:+15550100", "bob:1", bob, at=1_000)]) == 6
+    second = [msg("signal:+15550100", "bob:2", bob, at=2_000)]
+    assert count.frame(sig, second) == 4  # identity read, bump, insert, ensure
+    assert count.frame(sig, second) == 5  # ... and the guarded update that writes nothing
+
+    gbob = ref("+15550100", "Bob")
+    goo.frame([gmsg("c1", "m0", gbob, at=500)], received_at_ms=50)
+    frame = [gmsg("c1", "m1", gbob, at=1_000), react("c1", "m1", gbob, "👍")]
+    assert count.frame(goo, frame, received_at_ms=100) == 5  # identity, bump, insert, reaction, fence
+    assert count.frame(goo, frame, received_at_ms=100) == 6  # + update, fence read, reactions read; no write
+    assert count.frame(goo, frame, received_at_ms=200) == 7  # + the fence advance
+
+    goo.frame([group_snapshot()])
+    # 21 identity reads, the conversation read, the roster read: nothing else
+    assert count.frame(goo, [group_snapshot()]) == 23
