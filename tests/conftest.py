@@ -124,3 +124,23 @@ def client(runtime):
     with TestClient(create_app(runtime), raise_server_exceptions=False) as c:
         c.admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         yield c
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "postgres_only: a PostgreSQL failure mode or race; not collected for SQLite"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Drop the SQLite instances of ``postgres_only`` tests (deselected, never skipped)."""
+    keep, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if item.get_closest_marker("postgres_only") and callspec and callspec.params.get("backend_url") == "sqlite":
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -1,0 +1,310 @@
+"""Agent sessions: the in-memory registry and each session's bounded outbound queue.
+
+Liveness is memory, never a database column: an agent is live while exactly one session of
+it is registered here. A second connect replaces the first cleanly (the old stream gets an
+``end`` event with reason ``replaced``). Every lifecycle change is handed to the consumer as
+an edge, in registry order, so the consumer sees "old ended" before "new started".
+
+The queue is the only thing the consumer and a session's reader share. The consumer thread
+``offer``s without ever blocking: a full or closed queue refuses at once and the consumer
+decides what the refusal means (a catch-up sweep, an owed row). Readers drain it from
+asyncio (the SSE stream, ``next``) or from a thread (tests, ``get``/``drain``). When the
+consumer has more sweep pages for a session than fit, it asks (``want_refill``) to be told
+once the reader has drained the queue down to the low-water mark; the registry turns that
+into a ``refill`` edge.
+
+The consumer keeps its sweep bookkeeping on the session object (``phase``, ``floors``,
+``owed_after``); only the consumer thread touches those fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ids import new_id
+
+OFFER_OK = "ok"
+OFFER_FULL = "full"
+OFFER_CLOSED = "closed"
+
+#: Sweep phases (consumer-thread state): a new session first walks its cursors (deliver),
+#: then its owed mentions (steer), then takes live dispatches.
+PHASE_NEW = "new"
+PHASE_CURSOR = "cursor"
+PHASE_OWED = "owed"
+PHASE_LIVE = "live"
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """One ``deliver`` or ``steer`` of a message to a session."""
+
+    kind: str  # "deliver" | "steer"
+    message: dict[str, Any]  # hub.channels.public_message(row)
+    channel_id: str
+
+    @property
+    def message_id(self) -> str:
+        return self.message["id"]
+
+    def payload(self) -> dict[str, Any]:
+        return {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    """The last item a session's reader sees."""
+
+    reason: str
+
+    kind = "end"
+
+    def payload(self) -> dict[str, Any]:
+        return {"type": "end", "reason": self.reason}
+
+
+class Session:
+    __slots__ = (
+        "session_id",
+        "agent_id",
+        "capacity",
+        "low_water",
+        "_on_refill",
+        "_lock",
+        "_cond",
+        "_items",
+        "_end",
+        "_end_taken",
+        "_waiter",
+        "_refill_wanted",
+        "phase",
+        "floors",
+        "owed_after",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        agent_id: str,
+        *,
+        capacity: int,
+        low_water: int,
+        on_refill: Callable[["Session"], None] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.agent_id = agent_id
+        self.capacity = capacity
+        self.low_water = min(low_water, capacity)
+        self._on_refill = on_refill
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._items: deque[Dispatch] = deque()
+        self._end: SessionEnd | None = None
+        self._end_taken = False
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._refill_wanted = False
+        self.phase = PHASE_NEW
+        self.floors: dict[str, int] = {}
+        self.owed_after: tuple[str, int] = ("", 0)
+
+    def __repr__(self) -> str:
+        return f"<Session {self.session_id} agent={self.agent_id} queued={len(self._items)} phase={self.phase}>"
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._end is not None
+
+    @property
+    def end_reason(self) -> str | None:
+        end = self._end
+        return None if end is None else end.reason
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    # -- producer side (the consumer thread) ------------------------------------------------
+    def offer(self, item: Dispatch) -> str:
+        """Queue ``item`` unless the session is closed or full; never blocks."""
+        with self._lock:
+            if self._end is not None:
+                return OFFER_CLOSED
+            if len(self._items) >= self.capacity:
+                return OFFER_FULL
+            self._items.append(item)
+            self._wake_locked()
+        return OFFER_OK
+
+    def close(self, reason: str) -> bool:
+        """End the session: later offers are refused; the reader gets what is queued, then
+        the end. True only for the call that closed it."""
+        with self._lock:
+            if self._end is not None:
+                return False
+            self._end = SessionEnd(reason)
+            self._refill_wanted = False
+            self._wake_locked()
+        return True
+
+    def want_refill(self) -> None:
+        """Ask for a ``refill`` once the queue is at or below the low-water mark."""
+        fire = False
+        with self._lock:
+            if self._end is not None:
+                return
+            if len(self._items) <= self.low_water:
+                fire = True
+            else:
+                self._refill_wanted = True
+        if fire and self._on_refill is not None:
+            self._on_refill(self)
+
+    def _wake_locked(self) -> None:
+        self._cond.notify_all()
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            loop, event = waiter
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the reader's loop is gone
+                pass
+
+    # -- consumer side (the reader) --------------------------------------------------------
+    def _take_locked(self) -> tuple[Dispatch | SessionEnd | None, bool]:
+        if self._items:
+            item = self._items.popleft()
+            refill = self._refill_wanted and len(self._items) <= self.low_water
+            if refill:
+                self._refill_wanted = False
+            return item, refill
+        if self._end is not None and not self._end_taken:
+            self._end_taken = True
+            return self._end, False
+        return None, False
+
+    def _after_take(self, refill: bool) -> None:
+        if refill and self._on_refill is not None:
+            self._on_refill(self)
+
+    def get_nowait(self) -> Dispatch | SessionEnd | None:
+        with self._lock:
+            item, refill = self._take_locked()
+        self._after_take(refill)
+        return item
+
+    def get(self, timeout: float | None = None) -> Dispatch | SessionEnd | None:
+        """Blocking take for threads: the next item, or None when the timeout ran out (or
+        the end was already taken)."""
+        with self._lock:
+            item, refill = self._take_locked()
+            if item is None and not self._end_taken:
+                self._cond.wait_for(lambda: bool(self._items) or self._end is not None, timeout)
+                item, refill = self._take_locked()
+        self._after_take(refill)
+        return item
+
+    async def next(self, timeout: float | None) -> Dispatch | SessionEnd | None:
+        """The next item for an asyncio reader; None when ``timeout`` passes first (the
+        caller sends a keep-alive) or the end was already taken."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            item, refill = self._take_locked()
+            if item is None and not self._end_taken:
+                event = asyncio.Event()
+                self._waiter = (loop, event)
+            else:
+                event = None
+        if event is None:
+            self._after_take(refill)
+            return item
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            with self._lock:
+                if self._waiter is not None and self._waiter[1] is event:
+                    self._waiter = None
+        return self.get_nowait()
+
+    def drain(self) -> list[Dispatch | SessionEnd]:
+        """Everything queued right now (tests and synchronous readers)."""
+        out: list[Dispatch | SessionEnd] = []
+        while (item := self.get_nowait()) is not None:
+            out.append(item)
+        return out
+
+
+class SessionRegistry:
+    """One live session per agent; lifecycle edges go to the consumer in registry order."""
+
+    def __init__(
+        self,
+        submit: Callable[[str, Session, Any], None],
+        *,
+        capacity: int,
+        low_water: int,
+    ) -> None:
+        self._submit = submit
+        self._capacity = capacity
+        self._low_water = low_water
+        self._lock = threading.Lock()
+        self._by_agent: dict[str, Session] = {}
+        self._by_id: dict[str, Session] = {}
+
+    def _refill(self, session: Session) -> None:
+        self._submit("refill", session, None)
+
+    def connect(self, agent_id: str) -> Session:
+        session = Session(
+            new_id("ses"), agent_id, capacity=self._capacity, low_water=self._low_water, on_refill=self._refill
+        )
+        with self._lock:
+            old = self._by_agent.get(agent_id)
+            if old is not None:
+                del self._by_id[old.session_id]
+                old.close("replaced")
+                self._submit("end", old, "replaced")
+            self._by_agent[agent_id] = session
+            self._by_id[session.session_id] = session
+            self._submit("start", session, None)
+        return session
+
+    def disconnect(self, session: Session, reason: str = "closed") -> bool:
+        """End ``session`` if it is still registered; idempotent."""
+        with self._lock:
+            if self._by_id.get(session.session_id) is not session:
+                return False
+            del self._by_id[session.session_id]
+            if self._by_agent.get(session.agent_id) is session:
+                del self._by_agent[session.agent_id]
+            session.close(reason)
+            self._submit("end", session, reason)
+        return True
+
+    def get(self, session_id: str) -> Session | None:
+        with self._lock:
+            return self._by_id.get(session_id)
+
+    def for_agent(self, agent_id: str) -> Session | None:
+        with self._lock:
+            return self._by_agent.get(agent_id)
+
+    def is_live(self, agent_id: str) -> bool:
+        with self._lock:
+            return agent_id in self._by_agent
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._by_id)
+
+    def close_all(self, reason: str) -> int:
+        with self._lock:
+            sessions = list(self._by_id.values())
+        return sum(1 for s in sessions if self.disconnect(s, reason))
