@@ -160,6 +160,20 @@ def test_a_periodic_scan_recovers_a_failed_pass_without_a_restart(world):
     assert world.routed(m) and world.owed(ids["gap"]) == [m]
 
 
+def test_a_periodic_scan_that_finds_unseen_posts_pushes_them_to_live_subscribers(world):
+    # A post committed where this consumer never saw its event (another process, e.g. an
+    # MCP stdio agent; or a dropped publish) reaches a live subscriber at the next periodic
+    # scan, not only at its next reconnect.
+    hu, ch, ids = setup(world, "sub", subscribed=("sub",), live=("sub",))
+    world.faults.arm("bus.drop_publish", 1)
+    m = world.post(hu, ch, "posted where nobody published it")
+    world.pump()
+    assert world.got(ids["sub"]) == []
+    world.clock.advance(30_000)
+    world.pump()
+    assert world.got(ids["sub"]) == [("deliver", m)]
+
+
 def test_negative_control_marking_after_a_failed_pass_loses_the_mention(runtime):
     # The reference's O4: mark even though routing failed; no scan ever sees it again
     world = World(runtime, mark_on_route_failure=True)

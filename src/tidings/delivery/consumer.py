@@ -760,11 +760,13 @@ class Consumer:
         """The clock's recovery point: a NULL left by a failed pass does not wait for a
         restart or an overrun (the Zulip "hard disconnect" lesson)."""
         self._next_scan_at = self.clock.now_ms() + self.options.scan_interval_ms
-        if self._resweep_live:
+        recovered = self.scan() if self.options.scan_enabled else 0
+        if self._resweep_live or recovered:
+            # A message the scan had to route is one whose event this consumer never
+            # handled (a dropped publish, another process's post): its live subscribers
+            # have not had it pushed either, and their cursor sweep is what pushes it.
             self._resweep_live = False
             self.sweep_all_live()
-        if self.options.scan_enabled:
-            self.scan()
 
     # ======================================================================================
     # Flush: owed rows and marks in one commit, then the wakes
