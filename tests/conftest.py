@@ -130,14 +130,19 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "postgres_only: a PostgreSQL failure mode or race; not collected for SQLite"
     )
+    config.addinivalue_line("markers", "sqlite_only: a SQLite-specific mechanism; not collected for PostgreSQL")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Drop the SQLite instances of ``postgres_only`` tests (deselected, never skipped)."""
+    """Drop the other backend's instances of ``postgres_only`` / ``sqlite_only`` tests
+    (deselected, never skipped: a skip in this suite always means something is wrong)."""
     keep, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if item.get_closest_marker("postgres_only") and callspec and callspec.params.get("backend_url") == "sqlite":
+        backend = callspec.params.get("backend_url") if callspec else None
+        if (item.get_closest_marker("postgres_only") and backend == "sqlite") or (
+            item.get_closest_marker("sqlite_only") and backend == "postgres"
+        ):
             dropped.append(item)
         else:
             keep.append(item)

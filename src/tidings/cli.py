@@ -74,7 +74,7 @@ def serve(
         guide = seed_demo(runtime, base)
         out.print(guide, soft_wrap=True)
     app_ = create_app(runtime, manage_runtime=True)
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
 
 
 @app.command()
@@ -129,18 +129,44 @@ def ingest(
 
 @app.command()
 def replay(
-    corpus: Path = typer.Argument(..., help="Corpus JSON-lines file, or 'compare'."),
-    extra: Optional[Path] = typer.Argument(None, help="With 'compare': the second store."),
-    out_store: Optional[Path] = typer.Option(None, "--out", help="Path of the fresh store to build."),
+    args: list[str] = typer.Argument(..., metavar="CORPUS.jsonl | compare A B", show_default=False),
+    out_store: Optional[str] = typer.Option(
+        None, "--out", help="The fresh store to build: a new SQLite path or an empty postgresql:// database."
+    ),
     metrics: Optional[Path] = typer.Option(None, "--metrics", help="Where to write the metrics JSON."),
     stuck: int = typer.Option(0, "--stuck", help="Frames that fail transiently on every attempt."),
+    stuck_at: str = typer.Option(
+        "decoded", "--stuck-at", help="Where stuck frames fail: 'decoded' (before the projection) or 'projected' (after it)."
+    ),
+    real_sleeps: bool = typer.Option(
+        False, "--real-sleeps", help="Sleep the worker's 5/10/20 ms in-attempt retry waits (pinned and only counted by default)."
+    ),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Replay only the first N frames."),
+    codecs: Optional[str] = typer.Option(None, "--codecs", help="Replay only these codecs (comma-separated)."),
+    label: str = typer.Option("", "--label", help="A label recorded in the metrics."),
+    apply_on_append: bool = typer.Option(
+        True, "--apply-on-append/--worker-only", help="Apply frames in their append transaction, or leave all to the worker."
+    ),
+    autocheckpoint: bool = typer.Option(
+        False, "--autocheckpoint", help="SQLite: keep automatic WAL checkpoints (as in production); WAL bytes are then not measured."
+    ),
+    ignore: Optional[list[str]] = typer.Option(
+        None, "--ignore", help="compare: a table.column (or table) reported but not required to match; repeatable."
+    ),
+    report: Optional[Path] = typer.Option(None, "--report", help="compare: also write the comparison as JSON."),
 ) -> None:
-    """Replay a corpus into a fresh store and write metrics (or: replay compare A B)."""
+    """Replay a corpus into a fresh store and write metrics; or: replay compare A B."""
     try:
         from .replay.cli import run_replay
     except ModuleNotFoundError:
         fail("replay is not available in this build")
-    sys.exit(run_replay(corpus, extra, out_store, metrics, stuck, out, err))
+    from . import logs
+
+    logs.configure(level=os.environ.get("TIDINGS_LOG_LEVEL", "ERROR"))
+    sys.exit(run_replay(
+        args, out_store=out_store, metrics=metrics, stuck=stuck, stuck_at=stuck_at, real_sleeps=real_sleeps, ignore=ignore, report=report, limit=limit,
+        codecs=codecs, label=label, apply_on_append=apply_on_append, autocheckpoint=autocheckpoint, out=out, err=err,
+    ))
 
 
 @corpus_app.command("synth")

@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from .bridges.links import Links
 from .bus import Bus
 from .clock import SYSTEM_CLOCK, Clock
 from .faults import Faults
@@ -40,6 +41,7 @@ class Runtime:
         self.started = False
         # The engines. Each is built here, started by start(), stopped by stop(), and
         # contributes its section to status(). (Guarded imports while the engines land.)
+        self.links = Links(self)
         self.delivery = _build("tidings.delivery.engine", "Delivery", self)
         self.ingest = _build("tidings.ingest.engine", "Ingest", self)
 

@@ -103,6 +103,7 @@ def test_only_admin_creates_bridges_and_owner_must_be_human(client):
 
 # -- frames ---------------------------------------------------------------------------------------
 def test_frames_are_committed_before_202_and_duplicates_replay(client, runtime):
+    runtime.ingest.apply_on_append = False  # the pure worker path: frames wait in the inbox
     br = make_bridge(client)
     r = client.post(f"/api/v1/bridges/{br['id']}/frames", json=frame(1), headers=auth(br["token"]))
     assert r.status_code == 202, r.text
@@ -226,7 +227,8 @@ def test_listing_bridges_by_role(client):
     assert client.get(f"/api/v1/bridges/{mine['id']}", headers=auth(alice["token"])).json()["id"] == mine["id"]
 
 
-def test_status_carries_the_ingest_section(client):
+def test_status_carries_the_ingest_section(client, runtime):
+    runtime.ingest.apply_on_append = False  # the pure worker path: the frame waits in the inbox
     br = make_bridge(client)
     client.post(f"/api/v1/bridges/{br['id']}/frames", json=frame(0), headers=auth(br["token"]))
     status = client.get("/api/status", headers=client.admin).json()["ingest"]
@@ -253,6 +255,7 @@ def test_running_hub_applies_frames_posted_over_http(client, runtime):
 def test_a_restarted_hub_drains_what_the_previous_one_accepted(client, runtime, backend_url, clock, faults):
     from tidings.runtime import Runtime
 
+    runtime.ingest.apply_on_append = False  # the pure worker path: the batch waits in the inbox
     br = make_bridge(client)
     frames = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
     r = client.post(f"/api/v1/bridges/{br['id']}/frames", json={"frames": frames}, headers=auth(br["token"]))

@@ -169,7 +169,7 @@ def test_string_payload_is_stored_as_sent_and_object_payload_as_json(store, cloc
 
 
 def test_ingest_append_counts_appended_deduped_and_stale(store, clock):
-    ingest = Ingest(store=store, project=lambda tx, ctx, events: False)
+    ingest = Ingest(store=store, project=lambda tx, ctx, events: False, apply_on_append=False)
     bridge = new_bridge(store)
     body = {"frames": [
         {"codec": "x", "codec_version": 1, "dedupe_key": "a", "payload": {"v": 1}},

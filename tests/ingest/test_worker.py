@@ -424,9 +424,8 @@ def test_status_reports_backlog_deferred_now_and_counters_per_bridge(rig, clock)
     assert status["per_bridge"][rig.bridge]["projected"] == 1
 
 
+@pytest.mark.postgres_only  # a lost server connection is a PostgreSQL failure mode
 def test_a_lost_postgresql_connection_is_transient_and_the_worker_reconnects(store, clock, faults):
-    if store.dialect != "postgresql":
-        pytest.skip("a lost server connection is a PostgreSQL failure mode")
     rig = Rig(store, clock, faults)
     try:
         killed = []

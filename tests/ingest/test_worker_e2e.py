@@ -59,7 +59,7 @@ def outcomes(store):
 
 @pytest.fixture
 def ingest(store, faults):
-    ing = Ingest(store=store, faults=faults, sleep=lambda s: None)
+    ing = Ingest(store=store, faults=faults, sleep=lambda s: None, apply_on_append=False)  # the drain path
     yield ing
     ing.stop()
 

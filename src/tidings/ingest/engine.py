@@ -8,6 +8,18 @@
 Tests may build ``Ingest(store=..., decode=..., project=..., sleep=...)`` without a
 runtime. ``TIDINGS_INGEST_GROUP=N`` sets the worker's group size (frames per
 transaction, default 1; see ``worker.py``).
+
+Apply on append (``apply_on_append=True``, the default): the append transaction also
+applies its new frames through the worker's one "apply a frame" (``Worker.insert_applied``),
+each in a SAVEPOINT, when the bridge has no older unprocessed frame (one waiting out its
+backoff aside: the drain passes it too). So a frame usually
+costs one commit instead of two (its inbox row, inserted already marked applied, and its
+projection together) and is readable as soon as the 202 is sent. A frame that fails
+deterministically is inserted quarantined with its cause in that same commit; one that
+fails transiently is inserted unprocessed for the worker, and so is the rest of its
+request. The 202 still means exactly "durably committed". If the apply step breaks the
+transaction itself, the request is appended again without it. ``apply_on_append=False``
+gives the pure worker path (every frame is applied by the drain).
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from typing import Any, Callable
 
 import structlog
 
+from ..errors import TidingsError
 from ..faults import Faults
 from ..store import inbox as inbox_store
 from ..store.engine import Store
@@ -25,6 +38,10 @@ from .inbox import MAX_FRAME_BYTES, AppendResult, Frame, append_frames, frames_o
 from .worker import DrainStats, Worker
 
 log = structlog.get_logger("tidings.ingest")
+
+
+class _ApplyBroke(Exception):
+    """The apply-on-append step failed its transaction (which then rolled back whole)."""
 
 
 def _group_from_env() -> int:
@@ -44,6 +61,8 @@ class Ingest:
         store: Store | None = None,
         faults: Faults | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        apply_on_append: bool = True,
+        inbox_ids: Callable[[int], str] | None = None,
         **worker_options: Any,
     ) -> None:
         if store is None:
@@ -55,7 +74,13 @@ class Ingest:
         self.faults = faults if faults is not None else (runtime.faults if runtime is not None else store.faults)
         self.counters = BridgeCounters()
         self.max_frame_bytes = max_frame_bytes
+        self.apply_on_append = apply_on_append
+        self.inbox_ids = inbox_ids  # None: ingest.inbox.new_inbox_id
         worker_options.setdefault("group_size", _group_from_env())
+        links = getattr(runtime, "links", None)
+        if links is not None:
+            # Bridge links post linked messages inside the projection's transaction.
+            worker_options.setdefault("on_message", links.on_message)
         self.worker = Worker(store, counters=self.counters, faults=self.faults, **worker_options)
         self._codec_platforms: dict[str, str] | None = None
 
@@ -94,9 +119,19 @@ class Ingest:
         return self.append(bridge_id, self.parse(frames_of_body(body), platform))
 
     def append(self, bridge_id: str, frames: list[Frame]) -> list[AppendResult]:
-        """Insert validated frames in one transaction; wake the worker once committed."""
-        with self.store.write() as tx:
-            results = append_frames(tx, bridge_id, frames, self.store.now_ms())
+        """Insert validated frames in one transaction (applying them when it may); wake the
+        worker once committed if any new frame is left unprocessed."""
+        if self.apply_on_append:
+            try:
+                results, left = self._append(bridge_id, frames, apply=True)
+            except _ApplyBroke as exc:  # rolled back before its commit: nothing was stored
+                log.warning(
+                    "apply on append broke the append transaction; appending without it",
+                    bridge_id=bridge_id, error=f"{type(exc.__cause__).__name__}: {exc.__cause__}",
+                )
+                results, left = self._append(bridge_id, frames, apply=False)
+        else:
+            results, left = self._append(bridge_id, frames, apply=False)
         counters = self.counters.of(bridge_id)
         new = sum(1 for r in results if not r.replay)
         if new:
@@ -107,9 +142,27 @@ class Ingest:
         if stale:
             counters.incr("stale_replays", stale)
             log.info("stale ingest replay ignored", bridge_id=bridge_id, frames=stale)
-        if new:
+        if left:
             self.worker.notify()
         return results
+
+    def _append(self, bridge_id: str, frames: list[Frame], apply: bool) -> tuple[list[AppendResult], int]:
+        """One append transaction; returns the results and how many new frames it left
+        unprocessed. Raises ``_ApplyBroke`` when the apply step failed the transaction."""
+        with self.store.write() as tx:
+            if not apply:
+                results = append_frames(tx, bridge_id, frames, self.store.now_ms(), self.inbox_ids)
+                return results, sum(1 for r in results if not r.replay)
+            inbox_store.lock_bridge_appends(tx, bridge_id)
+            now = self.store.now_ms()
+            applier = self.worker.appender(bridge_id, now)
+            try:
+                results = append_frames(tx, bridge_id, frames, now, self.inbox_ids, applier)
+            except TidingsError:
+                raise  # an unknown bridge: the same answer as without apply on append
+            except Exception as exc:
+                raise _ApplyBroke() from exc
+        return results, applier.left
 
     # -- status ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import json
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import BadRequest, NotFound, TooLarge
 from ..store import inbox as inbox_store
@@ -203,24 +203,41 @@ def _same_payload(stored: str, new: str) -> bool:
         return False
 
 
-def append_frames(tx: Tx, bridge_id: str, frames: list[Frame], now_ms: int) -> list[AppendResult]:
-    """Insert ``frames`` in ``tx``; a repeated non-empty dedupe key returns the stored id."""
+def append_frames(
+    tx: Tx,
+    bridge_id: str,
+    frames: list[Frame],
+    now_ms: int,
+    new_id: Callable[[int], str] | None = None,
+    insert: Callable[[Tx, str, Frame], bool] | None = None,
+) -> list[AppendResult]:
+    """Insert ``frames`` in ``tx``; a repeated non-empty dedupe key returns the stored id.
+
+    ``new_id`` mints inbox ids (default ``new_inbox_id``); the replay harness passes a
+    deterministic one of the same shape, so two replays of a corpus compare row for row.
+    ``insert(tx, inbox_id, frame) -> inserted`` stores one frame (default: unprocessed);
+    apply on append passes one that stores it applied (``ingest.worker.AppendApplier``).
+    """
     if inbox_store.bridge_platform(tx, bridge_id) is None:
         raise NotFound(f"no bridge {bridge_id!r}", code="unknown_bridge")
+    mint = new_id or new_inbox_id
     results: list[AppendResult] = []
     for frame in frames:
-        inbox_id = new_inbox_id(now_ms)
-        inserted = inbox_store.insert_frame(
-            tx,
-            inbox_id=inbox_id,
-            bridge_id=bridge_id,
-            dedupe_key=frame.dedupe_key,
-            codec=frame.codec,
-            codec_version=frame.codec_version,
-            received_at_ms=now_ms,
-            client_received_at_ms=frame.client_received_at_ms,
-            payload=frame.payload,
-        )
+        inbox_id = mint(now_ms)
+        if insert is not None:
+            inserted = insert(tx, inbox_id, frame)
+        else:
+            inserted = inbox_store.insert_frame(
+                tx,
+                inbox_id=inbox_id,
+                bridge_id=bridge_id,
+                dedupe_key=frame.dedupe_key,
+                codec=frame.codec,
+                codec_version=frame.codec_version,
+                received_at_ms=now_ms,
+                client_received_at_ms=frame.client_received_at_ms,
+                payload=frame.payload,
+            )
         if inserted:
             results.append(AppendResult(inbox_id, False))
             continue

@@ -23,6 +23,17 @@ One frame, one transaction (spec README, difference 5)
   transaction rolls back and, in a transaction of its own, the frame is marked
   ``outcome='quarantined'`` with its cause (difference 6: queryable, not just logged).
 
+Apply on append (``AppendApplier`` / ``insert_applied``, used by ``Ingest.append``)
+  The append transaction may apply the frames it stores, through the same ``_apply`` as
+  the drain, each inside a SAVEPOINT, when the bridge has no older unprocessed frame
+  except frames waiting out their backoff (the drain passes those too), so receipt order
+  is kept exactly as the drain keeps it. Applied: the inbox row is inserted already marked applied,
+  together with the projection, in the append's one commit. A deterministic failure: the
+  savepoint rolls back and the row is inserted quarantined with its cause, in that same
+  transaction. A transient failure: the savepoint rolls back and the row is inserted
+  unprocessed for this worker (``LEFT``); the append commits either way. The outcome
+  classification is the drain's (``is_transient``, ``cause_of``), not a copy.
+
 Grouping (throughput option)
   With ``group_size > 1`` several consecutive ready frames share one transaction, each
   inside its own SAVEPOINT, so a failing frame rolls back only its own work. A transient
@@ -70,6 +81,8 @@ QUARANTINED = "quarantined"
 DEFERRED = "deferred"
 GONE = "gone"  # processed elsewhere between listing and loading (or in between tries)
 SKIPPED = "skipped"  # deferred and not due yet: not loaded, not decoded
+LEFT = "left"  # apply on append failed transiently: left unprocessed for the worker
+DUPLICATE = "duplicate"  # apply on append: the dedupe key was already stored
 
 Decode = Callable[[str, int, Any], list]
 Project = Callable[[Tx, Any, list], bool]
@@ -89,6 +102,28 @@ class _Gone(Exception):
 
 class _Unavailable(Exception):
     """The projection module is not part of this build: leave every frame unprocessed."""
+
+
+class _AttemptFailed(Exception):
+    """Carries an attempt's error out of a savepoint that rolled back cleanly."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+class _Attempt:
+    """What one attempt learned about its frame (for counters and logs after a failure).
+
+    Kept per call, not on the worker, so the drain thread and apply-on-append callers on
+    request threads never share it.
+    """
+
+    __slots__ = ("bridge_id", "codec")
+
+    def __init__(self) -> None:
+        self.bridge_id: str | None = None
+        self.codec: str | None = None
 
 
 @dataclass(slots=True)
@@ -219,8 +254,7 @@ class Worker:
         self._unavailable_logged = False
         self._platforms: dict[str, str] = {}
         self._conn: Dedicated | None = None
-        self._cur_bridge: str | None = None
-        self._cur_codec: str | None = None
+        self._cur = _Attempt()  # the drain thread's current frame (counters, logs)
         self._listed_retries: list[str] = []
         # thread
         self._thread: threading.Thread | None = None
@@ -278,18 +312,27 @@ class Worker:
 
     def _run(self) -> None:
         while not self._stopping:
-            if self._pending or self._timer_due():
-                self._pending = False
-                try:
-                    stats = self.drain()
-                    if not stats.complete:
-                        self._pause_until = self.clock.now_ms() + self.retries.base_ms
-                except Exception as exc:  # noqa: BLE001 - the thread must survive anything
-                    log.error("ingest drain failed; retrying later", error=f"{type(exc).__name__}: {exc}")
-                    self._pause_until = self.clock.now_ms() + self.retries.base_ms
+            try:
+                if self.drain_if_due() is not None:
+                    continue
+            except Exception as exc:  # noqa: BLE001 - the thread must survive anything
+                log.error("ingest drain failed; retrying later", error=f"{type(exc).__name__}: {exc}")
+                self._pause_until = self.clock.now_ms() + self.retries.base_ms
                 continue
             self._wake.wait(self._wait_timeout())
             self._wake.clear()
+
+    def drain_if_due(self, on_frame: Callable[[str, str], None] | None = None) -> DrainStats | None:
+        """What the run loop does when it wakes: drain once if an append notified it or a
+        retry timer is due, else nothing (None). The replay harness pumps the worker with it
+        on the caller's thread; not while the thread runs."""
+        if not (self._pending or self._timer_due()):
+            return None
+        self._pending = False
+        stats = self.drain(on_frame)
+        if not stats.complete:
+            self._pause_until = self.clock.now_ms() + self.retries.base_ms
+        return stats
 
     def _next_timer(self) -> int | None:
         # After a failed drain the pause rules, or a due retry entry would spin the loop.
@@ -444,22 +487,22 @@ class Worker:
     # -- one frame ---------------------------------------------------------------------------
     def _process_one(self, inbox_id: str, first_try: int = 0) -> str:
         conn = self._connection()
-        self._cur_bridge = self._cur_codec = None
+        self._cur = _Attempt()
         last: BaseException | None = None
         for attempt in range(first_try, ATTEMPTS):
             if attempt:
                 self._sleep_ms(TRANSIENT_SLEEPS_MS[attempt - 1])
             try:
                 with conn.write() as tx:
-                    outcome, staged = self._apply(tx, inbox_id)
+                    outcome, staged = self._apply(tx, inbox_id, self._cur)
             except _Gone:
                 return GONE
             except Exception as exc:
                 if is_transient(exc):
                     self._recover(exc)
                     last = exc
-                    if attempt < ATTEMPTS - 1 and self._cur_bridge is not None:
-                        self.counters.of(self._cur_bridge).incr("transient_retries")
+                    if attempt < ATTEMPTS - 1 and self._cur.bridge_id is not None:
+                        self.counters.of(self._cur.bridge_id).incr("transient_retries")
                     continue
                 return self._quarantine(inbox_id, exc)
             if staged is not None:
@@ -469,13 +512,23 @@ class Worker:
         self._deferred(inbox_id, last)
         return DEFERRED
 
-    def _apply(self, tx: Tx, inbox_id: str) -> tuple[str, StagedCounters | None]:
-        """Load, decode and project one frame inside ``tx``; mark it applied."""
-        row = inbox_store.load_unprocessed(tx, inbox_id)
+    def _apply(
+        self, tx: Tx, inbox_id: str, att: _Attempt, row: tuple | None = None, mark: bool = True
+    ) -> tuple[str, StagedCounters | None]:
+        """Load, decode and project one frame inside ``tx``; mark it applied.
+
+        THE one implementation of "apply one frame", for the drain and for apply on append
+        (which passes the ``row`` it is inserting instead of loading it, and ``mark=False``
+        because that row is inserted already marked). Raises ``FrameRejected`` (or any
+        deterministic error) to quarantine, a transient database error to retry, ``_Gone``
+        when someone else finished the frame first.
+        """
         if row is None:
-            return GONE, None
+            row = inbox_store.load_unprocessed(tx, inbox_id)
+            if row is None:
+                return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
-        self._cur_bridge, self._cur_codec = bridge_id, codec
+        att.bridge_id, att.codec = bridge_id, codec
         platform = self._platforms.get(bridge_id)
         if platform is None:
             platform = inbox_store.bridge_platform(tx, bridge_id)
@@ -508,7 +561,7 @@ class Worker:
             on_message=self.on_message,
         )
         self._project(tx, ctx, events)  # type: ignore[misc]
-        if not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
+        if mark and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
             raise _Gone()
         return APPLIED, staged
 
@@ -524,7 +577,7 @@ class Worker:
 
     def _quarantine(self, inbox_id: str, exc: BaseException) -> str:
         cause = cause_of(exc)
-        bridge_id, codec = self._cur_bridge, self._cur_codec
+        bridge_id, codec = self._cur.bridge_id, self._cur.codec
         conn = self._connection()
         last: BaseException | None = None
         for attempt in range(ATTEMPTS):
@@ -555,7 +608,7 @@ class Worker:
         log.warning("ingest frame quarantined", inbox_id=inbox_id, bridge_id=bridge_id, codec=codec, cause=cause)
 
     def _deferred(self, inbox_id: str, exc: BaseException | None, count: bool = True) -> str:
-        bridge_id = self._cur_bridge or self._bridge_of(inbox_id)
+        bridge_id = self._cur.bridge_id or self._bridge_of(inbox_id)
         if count and bridge_id is not None:
             self.counters.of(bridge_id).incr("deferred")
         log.warning(
@@ -571,6 +624,94 @@ class Worker:
         except Exception:  # noqa: BLE001 - only used to attribute a counter
             return None
         return None if row is None else row["bridge_id"]
+
+    # -- apply on append ---------------------------------------------------------------------
+    def appender(self, bridge_id: str, received_at_ms: int) -> "AppendApplier":
+        """The ``insert`` step of one append transaction that applies what it appends."""
+        return AppendApplier(self, bridge_id, received_at_ms)
+
+    def held_up(self, tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str) -> bool:
+        """True when a frame of ``bridge_id`` appended as ``(received_at_ms, inbox_id)`` must
+        wait for the drain: the bridge has an older unprocessed frame that this worker is not
+        backing off. A frame waiting out its backoff does not hold it up, since the drain
+        passes it too (D5); any other older frame must be applied first (receipt order).
+        Reads the backoff schedule from another thread: only membership and times."""
+        retries = self.retries
+        deferred = len(retries)
+        older = inbox_store.older_unprocessed(tx, bridge_id, received_at_ms, inbox_id, deferred + 1)
+        if len(older) > deferred:
+            return True
+        now = self.clock.now_ms()
+        return not all(retries.waiting(i, now) for i in older)
+
+    def insert_applied(self, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int) -> str:
+        """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
+
+        The inbox row is written once, already carrying its outcome: ``APPLIED`` (the
+        projection and the row together; counters added once ``tx`` commits). On failure
+        the savepoint takes the row back with the projection, and the row is written again
+        as the drain would have left it: ``QUARANTINED`` with its cause (a deterministic
+        failure) or unprocessed, ``LEFT`` for the drain (a transient one). ``DUPLICATE``:
+        the bridge's dedupe key is already stored; nothing was written. Safe on any thread:
+        it touches no per-frame state of the worker. An error that breaks ``tx`` itself
+        propagates; the caller's transaction is then lost.
+        """
+        row = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
+        try:
+            self._resolve()
+        except _Unavailable:
+            return LEFT if self._insert(tx, inbox_id, row, frame) else DUPLICATE
+        now = self.clock.now_ms()
+        att = _Attempt()
+        try:
+            with tx.savepoint():
+                try:
+                    if not self._insert(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
+                        return DUPLICATE
+                    _outcome, staged = self._apply(tx, inbox_id, att, row, mark=False)
+                except Exception as exc:
+                    raise _AttemptFailed(exc) from exc
+        except _AttemptFailed as failed:
+            # The savepoint was rolled back cleanly (had that failed too, its own error would
+            # have propagated instead): ``tx`` is as it was before this frame.
+            exc = failed.exc
+            if is_transient(exc):
+                log.info(
+                    "transient error applying a frame on append; the worker retries it",
+                    inbox_id=inbox_id, bridge_id=bridge_id, error=f"{type(exc).__name__}: {exc}",
+                )
+                self._insert(tx, inbox_id, row, frame)
+                counters = self.counters.of(bridge_id)
+                tx.after_commit(lambda: counters.incr("left_for_worker"))
+                return LEFT
+            cause = cause_of(exc)
+            self._insert(tx, inbox_id, row, frame, processed_at_ms=now, outcome=QUARANTINED, cause=cause)
+            codec = att.codec
+
+            def quarantined() -> None:
+                self._quarantined(inbox_id, bridge_id, codec, cause)
+                self.counters.of(bridge_id).incr("applied_on_append")
+
+            tx.after_commit(quarantined)
+            return QUARANTINED
+
+        def applied() -> None:
+            if staged is not None:
+                staged.commit()
+                staged.target.incr("projected")
+                staged.target.incr("applied_on_append")
+
+        tx.after_commit(applied)
+        return APPLIED
+
+    @staticmethod
+    def _insert(tx: Tx, inbox_id: str, row: tuple, frame: Any, **outcome: Any) -> bool:
+        bridge_id, codec, codec_version, received_at_ms, payload = row
+        return inbox_store.insert_frame(
+            tx, inbox_id=inbox_id, bridge_id=bridge_id, dedupe_key=frame.dedupe_key, codec=codec,
+            codec_version=codec_version, received_at_ms=received_at_ms,
+            client_received_at_ms=frame.client_received_at_ms, payload=payload, **outcome,
+        )
 
     # -- groups ------------------------------------------------------------------------------
     def _run_group(
@@ -591,24 +732,24 @@ class Worker:
         try:
             with conn.write() as tx:
                 for index, inbox_id in enumerate(ids):
-                    self._cur_bridge = self._cur_codec = None
+                    self._cur = _Attempt()
                     try:
                         with tx.savepoint():
-                            outcome, staged = self._apply(tx, inbox_id)
+                            outcome, staged = self._apply(tx, inbox_id, self._cur)
                     except _Gone:
                         done.append((inbox_id, GONE))
                         continue
                     except Exception as exc:
                         if is_transient(exc):
-                            if self._cur_bridge is not None:
-                                self.counters.of(self._cur_bridge).incr("transient_retries")
+                            if self._cur.bridge_id is not None:
+                                self.counters.of(self._cur.bridge_id).incr("transient_retries")
                             leftover = ids[index:]
                             break
                         cause = cause_of(exc)
                         with tx.savepoint():
                             marked = inbox_store.mark_quarantined(tx, inbox_id, self.clock.now_ms(), cause)
                         if marked:
-                            quarantined.append((inbox_id, self._cur_bridge, self._cur_codec, cause))
+                            quarantined.append((inbox_id, self._cur.bridge_id, self._cur.codec, cause))
                             done.append((inbox_id, QUARANTINED))
                         else:
                             done.append((inbox_id, GONE))
@@ -630,3 +771,41 @@ class Worker:
             done.append((leftover[0], self._process_one(leftover[0], first_try=1)))
             done.extend((inbox_id, self._process_one(inbox_id)) for inbox_id in leftover[1:])
         return done
+
+
+class AppendApplier:
+    """Apply on append, for one append transaction (``Worker.appender``).
+
+    ``append_frames`` calls it to store each new frame. Frames are applied in order while
+    the bridge has no older unprocessed frame other than those the worker is backing off
+    (``Worker.held_up``, checked once, before the first); from the first frame left to the
+    drain on, the rest are stored unprocessed too, so the drain takes them in receipt
+    order. ``left`` counts the new frames left unprocessed.
+    """
+
+    __slots__ = ("worker", "bridge_id", "received_at_ms", "applying", "left")
+
+    def __init__(self, worker: Worker, bridge_id: str, received_at_ms: int) -> None:
+        self.worker = worker
+        self.bridge_id = bridge_id
+        self.received_at_ms = received_at_ms
+        self.applying: bool | None = None
+        self.left = 0
+
+    def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
+        """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
+        if self.applying is None:
+            self.applying = not self.worker.held_up(tx, self.bridge_id, self.received_at_ms, inbox_id)
+        if self.applying:
+            outcome = self.worker.insert_applied(tx, inbox_id, self.bridge_id, frame, self.received_at_ms)
+            if outcome == DUPLICATE:
+                return False
+            if outcome == LEFT:
+                self.applying = False
+                self.left += 1
+            return True
+        row = (self.bridge_id, frame.codec, frame.codec_version, self.received_at_ms, frame.payload)
+        inserted = self.worker._insert(tx, inbox_id, row, frame)
+        if inserted:
+            self.left += 1
+        return inserted

@@ -32,13 +32,18 @@ BRIDGE_IDS = Stmt("SELECT id FROM bridges ORDER BY id")
 # -- inbox: append -------------------------------------------------------------------------
 INSERT_FRAME = Stmt(
     "INSERT INTO inbox (inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, "
-    "client_received_at_ms, payload) VALUES (:inbox_id, :bridge_id, :dedupe_key, :codec, "
-    ":codec_version, :received_at_ms, :client_received_at_ms, :payload) "
-    "ON CONFLICT (bridge_id, dedupe_key) WHERE dedupe_key <> '' DO NOTHING"
+    "client_received_at_ms, payload, processed_at_ms, outcome, cause) VALUES (:inbox_id, :bridge_id, "
+    ":dedupe_key, :codec, :codec_version, :received_at_ms, :client_received_at_ms, :payload, "
+    ":processed_at_ms, :outcome, :cause) "
+    "ON CONFLICT (bridge_id, dedupe_key) WHERE dedupe_key <> '' DO NOTHING",
+    name="inbox.insert_frame",
 )
+# ``dedupe_key <> ''`` repeats the unique index's predicate so the planner may use that
+# partial index; without it this lookup scans the whole inbox.
 FRAME_BY_DEDUPE = Stmt(
     "SELECT inbox_id, codec, codec_version, payload FROM inbox "
-    "WHERE bridge_id = :bridge_id AND dedupe_key = :dedupe_key"
+    "WHERE bridge_id = :bridge_id AND dedupe_key = :dedupe_key AND dedupe_key <> ''",
+    name="inbox.frame_by_dedupe",
 )
 
 # -- inbox: drain ----------------------------------------------------------------------------
@@ -52,6 +57,18 @@ LOAD_UNPROCESSED = Stmt(
     "SELECT bridge_id, codec, codec_version, received_at_ms, payload FROM inbox "
     "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL",
     name="inbox.load_unprocessed",
+)
+OLDER_UNPROCESSED = Stmt(
+    "SELECT inbox_id FROM inbox WHERE processed_at_ms IS NULL AND bridge_id = :bridge_id "
+    "AND (received_at_ms, inbox_id) < (:received_at_ms, :inbox_id) LIMIT :limit",
+    name="inbox.older_unprocessed",
+)
+# PostgreSQL only: appends that apply on append take this per-bridge lock first, so two of
+# them for one bridge never apply side by side out of receipt order (SQLite's single
+# writer gives the same).
+LOCK_BRIDGE_APPENDS = Stmt(
+    "SELECT pg_advisory_xact_lock(hashtextextended(:bridge_id, 7466133002))",
+    name="inbox.lock_bridge_appends",
 )
 MARK_APPLIED = Stmt(
     "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
@@ -122,8 +139,13 @@ def insert_frame(
     received_at_ms: int,
     client_received_at_ms: int | None,
     payload: str,
+    processed_at_ms: int | None = None,
+    outcome: str | None = None,
+    cause: str | None = None,
 ) -> bool:
-    """Insert one frame; False when (bridge, non-empty dedupe_key) is already stored."""
+    """Insert one frame, unprocessed unless an outcome is given (apply on append inserts
+    it already applied or quarantined); False when (bridge, non-empty dedupe_key) is
+    already stored."""
     n = tx.rowcount(
         INSERT_FRAME,
         {
@@ -135,6 +157,9 @@ def insert_frame(
             "received_at_ms": received_at_ms,
             "client_received_at_ms": client_received_at_ms,
             "payload": payload,
+            "processed_at_ms": processed_at_ms,
+            "outcome": outcome,
+            "cause": cause,
         },
     )
     return n == 1
@@ -153,6 +178,18 @@ def unprocessed_after(tx: Tx, after_ms: int, after_id: str, limit: int) -> list[
 def load_unprocessed(tx: Tx, inbox_id: str) -> tuple | None:
     """(bridge_id, codec, codec_version, received_at_ms, payload), or None once processed."""
     return tx.one(LOAD_UNPROCESSED, {"inbox_id": inbox_id})
+
+
+def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> list[str]:
+    """Up to ``limit`` ids of ``bridge_id``'s unprocessed frames before ``(received_at_ms, inbox_id)``."""
+    params = {"bridge_id": bridge_id, "received_at_ms": received_at_ms, "inbox_id": inbox_id, "limit": limit}
+    return [r[0] for r in tx.all(OLDER_UNPROCESSED, params)]
+
+
+def lock_bridge_appends(tx: Tx, bridge_id: str) -> None:
+    """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends."""
+    if tx.dialect == "postgresql":
+        tx.all(LOCK_BRIDGE_APPENDS, {"bridge_id": bridge_id})
 
 
 def mark_applied(tx: Tx, inbox_id: str, now: int) -> bool:

@@ -1,0 +1,360 @@
+"""Section 1: ingest frames/s over a synthetic corpus, three ways, same final rows.
+
+* **ours** — the real engine: ``Ingest.append_body`` (frame validation, the inbox insert
+  and apply-on-append through the real decoders and projection) then the worker's
+  ``drain_if_due`` for whatever was left, one frame at a time on this thread, exactly as
+  the replay harness drives it but without its counting triggers.
+* **raw** — the floor of writing those rows at all: every row ours left in the inbox and
+  the projected tables, dumped and inserted into a fresh, migrated database of the same
+  backend with plain DBAPI ``executemany`` in ONE transaction (foreign keys on, same
+  indexes).
+* **naive** — ``bench/naive_ingest.py``, the seed's "before".
+
+Time: the store clock is pinned to each frame's ``received_at_ms`` (a ``FakeClock`` set
+per frame, like the replay harness) so both ours and the naive write the very same rows
+(the Google reaction fence is the receipt time); every duration is measured with the wall
+clock (``perf_counter``). The corpus lines are parsed before the clock starts (a request
+body reaches ``append_body`` already parsed), for all three.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from benchlib import INGEST_TABLES, PROJECTED_TABLES, Databases, Reporter, inbox_outcomes, latency_ms, raw_connect, ratio, table_counts
+
+# Content columns compared between ours and the naive run: everything a reader can see,
+# minus the bookkeeping times (created/updated) and the few columns the naive statements
+# legitimately rewrite (a reaction's occurred/seq on every snapshot, a message's
+# mutated_at_ms on a repeated delete).
+CONTENT_COLUMNS = {
+    "identities": "id, bridge_id, kind, canonical, raw, display_name, is_self, metadata",
+    "conversations": "id, bridge_id, remote_conversation_id, kind, title, remote_revision, last_message_at_ms",
+    "conversation_participants": "conversation_id, identity_id, bridge_id, role, display_name, is_active",
+    "bridge_messages": (
+        "id, bridge_id, conversation_id, remote_message_id, sender_identity_id, direction, body, "
+        "reply_to_remote_id, state, occurred_at_ms"
+    ),
+    "reactions": "message_id, reactor_key, bridge_id, conversation_id, reactor_identity_id, reactor_is_self, emoji, state",
+    "reaction_fences": "message_id, bridge_id, source_seq_ms",
+    "read_cursors": "conversation_id, bridge_id, last_read_message_id, last_read_message_at_ms, last_read_at_ms",
+}
+ORDER_KEYS = {
+    "identities": "id",
+    "conversations": "id",
+    "conversation_participants": "conversation_id, identity_id",
+    "bridge_messages": "id",
+    "reactions": "message_id, reactor_key",
+    "reaction_fences": "message_id",
+    "read_cursors": "conversation_id",
+}
+
+
+def make_corpus(frames: int, seed: int) -> tuple[list[str], dict[str, Any]]:
+    from tidings.replay.synth import synthesize
+
+    corpus = synthesize(frames, seed)
+    st = corpus.stats
+    return corpus.lines, {
+        "frames": st.frames,
+        "seed": seed,
+        "per_codec": st.per_codec,
+        "malformed": st.malformed,
+        "duplicates": st.duplicates,
+        "out_of_order": st.out_of_order,
+        "google_unchanged_snapshots": st.google_unchanged_snapshots,
+    }
+
+
+def parse_lines(lines: list[str]) -> list[dict[str, Any] | None]:
+    out: list[dict[str, Any] | None] = []
+    for line in lines:
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            raw = None
+        out.append(raw if isinstance(raw, dict) else None)
+    return out
+
+
+def _first_time(parsed: list[dict[str, Any] | None]) -> int:
+    for raw in parsed:
+        if raw is not None and type(raw.get("received_at_ms")) is int and raw["received_at_ms"] > 0:
+            return raw["received_at_ms"]
+    return 1_700_000_000_000
+
+
+def _route(raw: dict[str, Any], platform_of: dict[str, str]) -> str:
+    from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM
+
+    codec = raw.get("codec")
+    return platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
+
+
+def new_store(url: str, start_ms: int) -> tuple[Any, Any, dict[str, str]]:
+    """A migrated store on a pinned clock with one bridge per platform (the harness's ids)."""
+    from tidings.clock import FakeClock
+    from tidings.faults import Faults
+    from tidings.replay.harness import create_bridges
+    from tidings.store.engine import Store
+
+    clock = FakeClock(start_ms)
+    store = Store(url, clock=clock, faults=Faults())
+    bridges = create_bridges(store)
+    return store, clock, bridges
+
+
+# -- ours -----------------------------------------------------------------------------------------
+def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str,
+             profile: str | None = None) -> dict[str, Any]:
+    from tidings.errors import TidingsError
+    from tidings.ingest.engine import Ingest
+
+    store, clock, bridges = new_store(url, _first_time(parsed))
+    ingest = Ingest(store=store, faults=store.faults, clock=clock)
+    platform_of = ingest.codec_platforms()
+    total = len(parsed)
+    per_frame: list[float] = []
+    rejected = 0
+    commits_before = store.commits
+    profiler = _profiler(profile)
+    perf = time.perf_counter
+    with reporter.step(f"ingest: ours on {label}", total) as update:
+        if profiler is not None:
+            profiler.start()
+        started = perf()
+        for index, raw in enumerate(parsed):
+            t0 = perf()
+            if raw is None:
+                rejected += 1
+            else:
+                received = raw.get("received_at_ms")
+                if type(received) is int and received > 0:
+                    clock.set(received)
+                platform = _route(raw, platform_of)
+                try:
+                    ingest.append_body(bridges[platform], raw, platform)
+                except TidingsError:
+                    rejected += 1
+                ingest.worker.drain_if_due()
+            per_frame.append(perf() - t0)
+            if index % 256 == 0:
+                update(index)
+        wall = perf() - started
+        if profiler is not None:
+            profiler.stop()
+        update(total)
+    commits = store.commits - commits_before
+    ingest.stop()
+    store.dispose()
+    outcomes = inbox_outcomes(url)
+    result = {
+        "frames": total,
+        "wall_s": round(wall, 3),
+        "frames_per_s": round(total / wall, 1),
+        "commits": commits,
+        "commits_per_frame": round(commits / total, 4),
+        "per_frame": latency_ms(per_frame),
+        "rejected_at_append": rejected,
+        "outcomes": outcomes,
+        "unprocessed": outcomes["unprocessed"],
+        "rows": table_counts(url),
+        "counters": {bridges[p]: ingest.counters.of(bridges[p]).snapshot() for p in sorted(bridges)},
+    }
+    if profiler is not None:
+        result["profile"] = _save_profile(profiler, profile)
+    return result
+
+
+# -- raw --------------------------------------------------------------------------------------------
+def dump(url: str) -> dict[str, tuple[list[str], list[tuple]]]:
+    """Every row of the ingest tables: {table: (columns, rows)}."""
+    conn = raw_connect(url)
+    try:
+        out = {}
+        for table in INGEST_TABLES:
+            cur = conn.execute(f"SELECT * FROM {table}")
+            columns = [d[0] for d in cur.description]
+            out[table] = (columns, cur.fetchall())
+        return out
+    finally:
+        conn.close()
+
+
+def run_raw(url: str, rows: dict[str, tuple[list[str], list[tuple]]], frames: int, reporter: Reporter,
+            label: str) -> dict[str, Any]:
+    """Bulk-insert ``rows`` into a fresh migrated database at ``url``: one transaction."""
+    from tidings.store.engine import Store
+
+    Store(url).dispose()  # the same schema, indexes and constraints as ours
+    total_rows = sum(len(r) for _, r in rows.values())
+    conn = raw_connect(url)
+    postgres = not isinstance(conn, __import__("sqlite3").Connection)
+    with reporter.step(f"ingest: raw executemany on {label}", len(rows)) as update:
+        started = time.perf_counter()
+        if postgres:
+            with conn.transaction():
+                cur = conn.cursor()
+                for i, (table, (columns, data)) in enumerate(rows.items()):
+                    if data:
+                        marks = ", ".join(["%s"] * len(columns))
+                        cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", data)
+                    update(i + 1)
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            for i, (table, (columns, data)) in enumerate(rows.items()):
+                if data:
+                    marks = ", ".join(["?"] * len(columns))
+                    conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", data)
+                update(i + 1)
+            conn.execute("COMMIT")
+        wall = time.perf_counter() - started
+    conn.close()
+    return {
+        "frames": frames,
+        "rows_inserted": total_rows,
+        "wall_s": round(wall, 4),
+        "frames_per_s": round(frames / wall, 1),
+        "rows_per_s": round(total_rows / wall, 1),
+        "commits": 1,
+        "commits_per_frame": round(1 / frames, 6),
+    }
+
+
+# -- naive ---------------------------------------------------------------------------------------------
+def run_naive(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str) -> dict[str, Any]:
+    from naive_ingest import NaiveIngest
+
+    store, _clock, bridges = new_store(url, _first_time(parsed))
+    store.dispose()
+    naive = NaiveIngest(url)
+    from tidings.ingest.decoders import DECODERS
+
+    platform_of = {codec: dec.platform for codec, dec in DECODERS.items()}
+    total = len(parsed)
+    per_frame: list[float] = []
+    rejected = 0
+    perf = time.perf_counter
+    with reporter.step(f"ingest: naive on {label}", total) as update:
+        started = perf()
+        for index, raw in enumerate(parsed):
+            t0 = perf()
+            if raw is None:
+                rejected += 1
+            else:
+                platform = _route(raw, platform_of)
+                naive.append(raw, bridges[platform], platform)
+            per_frame.append(perf() - t0)
+            if index % 256 == 0:
+                update(index)
+        wall = perf() - started
+        update(total)
+    result = {
+        "frames": total,
+        "wall_s": round(wall, 3),
+        "frames_per_s": round(total / wall, 1),
+        "commits": naive.commits,
+        "commits_per_frame": round(naive.commits / total, 4),
+        "statements_per_frame": round(naive.statements / total, 2),
+        "per_frame": latency_ms(per_frame),
+        "rejected_at_append": rejected + naive.rejected,
+    }
+    naive.close()
+    outcomes = inbox_outcomes(url)
+    result.update({"outcomes": outcomes, "unprocessed": outcomes["unprocessed"], "rows": table_counts(url)})
+    return result
+
+
+def content_diff(url_a: str, url_b: str) -> dict[str, int]:
+    """Per table, how many content rows differ (symmetric difference) between two stores."""
+    a, b = raw_connect(url_a), raw_connect(url_b)
+    out = {}
+    try:
+        for table in PROJECTED_TABLES:
+            sql = f"SELECT {CONTENT_COLUMNS[table]} FROM {table} ORDER BY {ORDER_KEYS[table]}"
+            rows_a = {tuple(_norm(v) for v in r) for r in a.execute(sql).fetchall()}
+            rows_b = {tuple(_norm(v) for v in r) for r in b.execute(sql).fetchall()}
+            out[table] = len(rows_a ^ rows_b)
+    finally:
+        a.close()
+        b.close()
+    return out
+
+
+def _norm(value: Any) -> Any:
+    return int(value) if isinstance(value, bool) else value
+
+
+# -- the section -----------------------------------------------------------------------------------------
+def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: Reporter,
+        naive_on: list[str], profile_dir: str | None = None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    lines, corpus = make_corpus(frames, seed)
+    parsed = parse_lines(lines)
+    reporter.note(f"corpus: {frames:,} frames, seed {seed} ({time.perf_counter() - t0:.1f} s): {corpus['per_codec']}")
+    section: dict[str, Any] = {"corpus": corpus}
+    for backend in backends:
+        label = backend
+        ours_url = dbs.fresh(backend, "ingest_ours")
+        profile = f"{profile_dir}/ingest_ours_{backend}.html" if profile_dir else None
+        ours = run_ours(ours_url, parsed, reporter, label, profile)
+        reporter.note(
+            f"ingest ours [{label}]: {ours['frames_per_s']:,.0f} frames/s, "
+            f"{ours['commits_per_frame']:.3f} commits/frame, unprocessed {ours['unprocessed']}"
+        )
+        rows = dump(ours_url)
+        raw_url = dbs.fresh(backend, "ingest_raw")
+        raw = run_raw(raw_url, rows, frames, reporter, label)
+        del rows
+        reporter.note(f"ingest raw [{label}]: {raw['frames_per_s']:,.0f} frames/s ({raw['rows_inserted']:,} rows)")
+        dbs.drop(raw_url)
+        entry: dict[str, Any] = {"ours": ours, "raw": raw}
+        if backend in naive_on:
+            naive_url = dbs.fresh(backend, "ingest_naive")
+            naive = run_naive(naive_url, parsed, reporter, label)
+            diff = content_diff(ours_url, naive_url)
+            naive["rows_equal"] = naive["rows"] == ours["rows"]
+            naive["content_rows_differing"] = diff
+            naive["content_equal"] = not any(diff.values())
+            entry["naive"] = naive
+            reporter.note(
+                f"ingest naive [{label}]: {naive['frames_per_s']:,.0f} frames/s, "
+                f"{naive['commits_per_frame']:.2f} commits/frame; same rows: {naive['rows_equal']}, "
+                f"same content: {naive['content_equal']}"
+            )
+            dbs.drop(naive_url)
+            if not naive["rows_equal"]:
+                raise AssertionError(
+                    f"naive and ours differ in row counts on {backend}: ours {ours['rows']} naive {naive['rows']}"
+                )
+        dbs.drop(ours_url)
+        entry["ratios"] = {
+            "ours_over_naive": ratio(ours["frames_per_s"], entry.get("naive", {}).get("frames_per_s")),
+            "ours_over_raw": ratio(ours["frames_per_s"], raw["frames_per_s"], 3),
+            "commits_per_frame_naive_over_ours": ratio(
+                entry.get("naive", {}).get("commits_per_frame"), ours["commits_per_frame"]
+            ),
+        }
+        section[backend] = entry
+    return section
+
+
+# -- profiling -------------------------------------------------------------------------------------------
+def _profiler(path: str | None) -> Any:
+    if not path:
+        return None
+    from pyinstrument import Profiler
+
+    return Profiler(interval=0.0005)
+
+
+def _save_profile(profiler: Any, path: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(profiler.output_html(), encoding="utf-8")
+    text_path = str(Path(path).with_suffix(".txt"))
+    Path(text_path).write_text(profiler.output_text(unicode=False, color=False, show_all=False), encoding="utf-8")
+    return {"html": path, "text": text_path}

@@ -1,0 +1,280 @@
+"""Shared pieces of the benchmark: throwaway databases, statistics, memory, progress.
+
+Every measurement in ``bench/`` runs on a fresh database: a SQLite file in a temporary
+directory, or a PostgreSQL database created for it and dropped afterwards
+(``TIDINGS_BENCH_PG`` names the server's admin URL; default the local trust-auth server).
+Times are wall-clock ``time.perf_counter`` readings: this is speed, nothing is pinned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import secrets
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+PG_ADMIN_URL = os.environ.get("TIDINGS_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ("sqlite", "postgresql")
+
+# The main tables the ingest projection writes (and the inbox), in foreign-key order.
+INGEST_TABLES = (
+    "accounts",
+    "bridges",
+    "inbox",
+    "identities",
+    "conversations",
+    "conversation_participants",
+    "bridge_messages",
+    "reactions",
+    "reaction_fences",
+    "read_cursors",
+)
+PROJECTED_TABLES = INGEST_TABLES[3:]
+
+
+# -- databases ------------------------------------------------------------------------------
+def _pg_admin() -> Any:
+    import psycopg
+
+    return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10)
+
+
+class Databases:
+    """Hands out fresh databases and removes them all at the end (``close``)."""
+
+    def __init__(self, workdir: Path | None = None) -> None:
+        self._own_dir = workdir is None
+        self.dir = Path(tempfile.mkdtemp(prefix="tidings-bench-")) if workdir is None else workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._pg: list[str] = []
+        self._n = 0
+
+    def fresh(self, backend: str, label: str) -> str:
+        """A URL of a new, empty database (no schema yet)."""
+        self._n += 1
+        tag = f"{label}_{self._n}_{secrets.token_hex(3)}".replace("-", "_")
+        if backend == "sqlite":
+            return str(self.dir / f"{tag}.db")
+        if backend != "postgresql":
+            raise ValueError(f"unknown backend {backend!r}")
+        name = f"tidings_bench_{tag}"[:63]
+        with _pg_admin() as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        self._pg.append(name)
+        return f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+
+    def drop(self, url: str) -> None:
+        """Drop one database now (PostgreSQL) or delete its files (SQLite)."""
+        if url.startswith(("postgresql://", "postgres://")):
+            name = url.rsplit("/", 1)[1]
+            _drop_pg(name)
+            if name in self._pg:
+                self._pg.remove(name)
+            return
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(url + suffix)
+
+    def close(self) -> None:
+        for name in list(self._pg):
+            with contextlib.suppress(Exception):
+                _drop_pg(name)
+        self._pg.clear()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _drop_pg(name: str) -> None:
+    with _pg_admin() as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def pg_reachable() -> str | None:
+    """None when the PostgreSQL server answers, else the reason."""
+    try:
+        with _pg_admin() as admin:
+            admin.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def raw_connect(url: str) -> Any:
+    """A plain DBAPI connection (sqlite3 autocommit / psycopg), outside the store."""
+    if url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        return psycopg.connect(url, autocommit=True)
+    conn = sqlite3.connect(url, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=5000")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def table_counts(url: str, tables: tuple[str, ...] = PROJECTED_TABLES) -> dict[str, int]:
+    conn = raw_connect(url)
+    try:
+        return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables}
+    finally:
+        conn.close()
+
+
+def inbox_outcomes(url: str) -> dict[str, int]:
+    conn = raw_connect(url)
+    try:
+        rows = conn.execute("SELECT coalesce(outcome, 'unprocessed'), count(*) FROM inbox GROUP BY 1").fetchall()
+    finally:
+        conn.close()
+    out = {"applied": 0, "quarantined": 0, "unprocessed": 0}
+    out.update({str(k): int(v) for k, v in rows})
+    return out
+
+
+# -- statistics -------------------------------------------------------------------------------
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 for an empty one)."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def latency_ms(seconds: list[float]) -> dict[str, Any]:
+    """p50/p90/p99/max/mean in milliseconds of a list of durations in seconds."""
+    ordered = sorted(seconds)
+    if not ordered:
+        return {"n": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None, "mean_ms": None}
+    return {
+        "n": len(ordered),
+        "p50_ms": round(percentile(ordered, 0.50) * 1000, 3),
+        "p90_ms": round(percentile(ordered, 0.90) * 1000, 3),
+        "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
+        "max_ms": round(ordered[-1] * 1000, 3),
+        "mean_ms": round(sum(ordered) / len(ordered) * 1000, 3),
+    }
+
+
+def ratio(a: float | None, b: float | None, digits: int = 2) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, digits)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_kb() -> int | None:
+    return _status_kb("VmRSS")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) to the current RSS; False if not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_kb() -> int | None:
+    return _status_kb("VmHWM")
+
+
+# -- machine --------------------------------------------------------------------------------------
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+    }
+    with contextlib.suppress(OSError):
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    with contextlib.suppress(Exception):
+        with _pg_admin() as admin:
+            info["postgresql"] = admin.execute("SHOW server_version").fetchone()[0]
+            info["pg_fsync"] = admin.execute("SHOW fsync").fetchone()[0]
+            info["pg_synchronous_commit"] = admin.execute("SHOW synchronous_commit").fetchone()[0]
+    return info
+
+
+# -- progress ----------------------------------------------------------------------------------------
+class Reporter:
+    """Rich progress bars for the long steps and a one-line note when each step ends."""
+
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+            disable=not enabled,
+        )
+
+    def __enter__(self) -> "Reporter":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    @contextlib.contextmanager
+    def step(self, description: str, total: float | None = None) -> Iterator[Callable[[float], None]]:
+        """A progress bar for one step; yields ``update(completed)``."""
+        task = self.progress.add_task(description, total=total)
+        last = [0.0]
+
+        def update(completed: float) -> None:
+            now = time.perf_counter()
+            if now - last[0] >= 0.1 or (total is not None and completed >= total):
+                last[0] = now
+                self.progress.update(task, completed=completed)
+
+        try:
+            yield update
+        finally:
+            self.progress.remove_task(task)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.progress.console.print(text, markup=False, highlight=False)
+
+
+def configure_logs() -> None:
+    """Engine logs at ERROR unless ``TIDINGS_LOG_LEVEL`` says otherwise: a quarantined
+    frame is a WARNING by design, and the corpus has ~0.5% of them on purpose."""
+    from tidings import logs
+
+    logs.configure(level=os.environ.get("TIDINGS_LOG_LEVEL", "ERROR"))
+
+
+def python_executable() -> str:
+    return sys.executable

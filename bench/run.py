@@ -1,0 +1,509 @@
+"""Tidings benchmarks: everything side by side in one run, one table, one JSON file.
+
+    uv run python bench/run.py [--quick | --smoke] [--backend sqlite|postgres|both]
+                               [--json bench/results/latest.json]
+
+Sections (issue 5, item 4), each next to its baseline and its target:
+
+1. ingest frames/s over a synthetic corpus (``bench_ingest``): ours vs the raw
+   ``executemany`` floor of the same final rows vs the naive per-frame "before"
+   (``naive_ingest.py``), plus commits per frame;
+2. post→steer latency p50/p99 at a fixed post rate with 10 agents connected
+   (``bench_delivery.run_latency``); optionally the same over HTTP+SSE (``--http``);
+3. fan-out throughput into N subscribed agents' queues (``bench_delivery.run_fanout``);
+4. recovery-scan rate and peak memory over a backlog of unrouted messages
+   (``bench_delivery.run_recovery``);
+5. stuck-backlog drain cost per later frame, and nothing unprocessed after a restart
+   (``bench_stuck``, the replay harness's ``--stuck``).
+
+Every run uses fresh databases (temporary SQLite files, throwaway PostgreSQL databases
+that are dropped at the end) and wall-clock time. Exit code: 0 when every correctness
+check held (nothing left unprocessed, no steer missing, the naive run wrote the same
+rows), whether or not a speed target was met; 1 otherwise; 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import benchlib  # noqa: E402
+
+DEFAULT_JSON = BENCH_DIR / "results" / "latest.json"
+SECTIONS = ("ingest", "latency", "fanout", "recovery", "stuck")
+
+TARGETS = {
+    "ingest_frames_per_s_sqlite": 5_000,
+    "commits_per_frame": 1.0,
+    "steer_p99_ms": 10.0,
+    "recovery_msgs_per_s": 20_000,
+    "recovery_memory_growth": 1.5,  # peak at the largest backlog / at the smallest ("flat")
+    "stuck_ms_per_later_frame": 1.0,
+}
+
+
+@dataclass
+class Sizes:
+    frames: int = 30_000
+    seed: int = 42
+    rate: float = 500.0
+    latency_s: float = 10.0
+    warmup_s: float = 1.0
+    latency_agents: int = 10
+    fanout_agents: tuple[int, ...] = (10, 50)
+    fanout_messages: int = 2_000
+    recovery_sizes: tuple[int, ...] = (10_000, 100_000)
+    scan_batch: int = 1_000
+    stuck: int = 20
+    stuck_frames: int = 600
+    stuck_pace_ms: int = 100  # 0: run the stuck backlog at corpus time only
+    http_s: float = 5.0
+
+    @classmethod
+    def quick(cls) -> "Sizes":
+        return cls(frames=3_000, latency_s=3.0, warmup_s=0.5, fanout_messages=500,
+                   recovery_sizes=(10_000, 30_000), http_s=2.0)
+
+    @classmethod
+    def smoke(cls) -> "Sizes":
+        return cls(frames=200, rate=200.0, latency_s=0.25, warmup_s=0.05, latency_agents=3, fanout_agents=(3,),
+                   fanout_messages=30, recovery_sizes=(300, 1_200), scan_batch=1_000, stuck=2, stuck_frames=40,
+                   stuck_pace_ms=0, http_s=0.5)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small sizes (~3k frames) for iterating")
+    size.add_argument("--smoke", action="store_true", help="tiny sizes: the test suite's shape check")
+    p.add_argument("--backend", default="both", choices=["sqlite", "postgres", "postgresql", "both"])
+    p.add_argument("--json", default=str(DEFAULT_JSON), help=f"where to write the results (default {DEFAULT_JSON})")
+    p.add_argument("--only", default="", help=f"comma-separated sections to run (default all: {','.join(SECTIONS)})")
+    p.add_argument("--naive", default="same", help="backends for the naive baselines: same (as --backend), sqlite, none")
+    p.add_argument("--frames", type=int, help="override the corpus size")
+    p.add_argument("--rate", type=float, help="override the post rate (posts/s)")
+    p.add_argument("--seconds", type=float, help="override the measured latency window (s)")
+    p.add_argument("--http", action="store_true", help="also measure post→steer over HTTP+SSE (a `tidings serve` subprocess)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="write pyinstrument profiles into DIR (our ingest run; the latency run's consumer thread "
+                        "and poster); profiled figures are slower than unprofiled ones")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    sizes: Sizes
+    backends: list[str]
+    naive_on: list[str]
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def _backends(choice: str) -> list[str]:
+    if choice == "both":
+        return ["sqlite", "postgresql"]
+    return ["postgresql" if choice in ("postgres", "postgresql") else "sqlite"]
+
+
+def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> int:
+    """The command. ``configure_logging=False`` leaves the process's structlog setup alone
+    (the test suite calls ``main`` in-process)."""
+    args = parse_args(argv)
+    # Wide enough for the table when stdout is a pipe or a file (Rich assumes 80 columns).
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "0") or 0) or 160
+    console = Console(stderr=False, width=width)
+    err = Console(stderr=True)
+    sizes = Sizes.smoke() if args.smoke else Sizes.quick() if args.quick else Sizes()
+    if args.frames:
+        sizes.frames = args.frames
+    if args.rate:
+        sizes.rate = args.rate
+    if args.seconds:
+        sizes.latency_s = args.seconds
+    only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        err.print(f"error: unknown sections {sorted(unknown)}; choose from {list(SECTIONS)}", markup=False)
+        return 2
+    backends = _backends(args.backend)
+    if args.naive == "same":
+        naive_on = list(backends)
+    elif args.naive == "none":
+        naive_on = []
+    elif args.naive in ("sqlite", "postgresql", "postgres"):
+        naive_on = [b for b in backends if b == _backends(args.naive)[0]]
+    else:
+        err.print("error: --naive must be same, sqlite, postgresql or none", markup=False)
+        return 2
+    if "postgresql" in backends:
+        reason = benchlib.pg_reachable()
+        if reason is not None:
+            err.print(f"error: PostgreSQL is unreachable at {benchlib.PG_ADMIN_URL}: {reason}", markup=False)
+            return 1
+    if configure_logging:
+        benchlib.configure_logs()
+    # Imported once here, not inside a timed loop: ``store.engine.is_transient`` imports
+    # psycopg on its first call (~60 ms, once per process), even on SQLite.
+    import psycopg  # noqa: F401
+
+    command = "uv run python bench/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    run = Run(args, sizes, backends, naive_on)
+    run.results = {
+        "meta": {
+            "command": command.strip(),
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
+            "backends": backends,
+            "naive_on": naive_on,
+            "sections": only,
+            "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(sizes).items()},
+            "machine": benchlib.machine(),
+        },
+        "targets": dict(TARGETS),
+    }
+    started = time.perf_counter()
+    dbs = benchlib.Databases()
+    try:
+        with benchlib.Reporter(err, enabled=not args.no_progress and not args.smoke) as reporter:
+            for section in only:
+                t0 = time.perf_counter()
+                load0 = _load()
+                run.results[section] = SECTION_RUNNERS[section](run, dbs, reporter)
+                run.results[section]["_section"] = {
+                    "seconds": round(time.perf_counter() - t0, 2), "loadavg_before": load0, "loadavg_after": _load(),
+                }
+    finally:
+        dbs.close()
+    run.results["meta"]["seconds"] = round(time.perf_counter() - started, 1)
+    run.results["checks"] = checks(run.results)
+    rows = table_rows(run.results)
+    run.results["table"] = rows
+    print_table(console, rows, run.results)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(run.results, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    console.print(f"results written to {out}", markup=False, highlight=False)
+    if not run.results["checks"]["ok"]:
+        err.print(f"correctness checks failed: {run.results['checks']['failed']}", markup=False)
+        return 1
+    return 0
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+# -- sections ----------------------------------------------------------------------------------
+def _ingest(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_ingest
+
+    return bench_ingest.run(run.backends, run.sizes.frames, run.sizes.seed, dbs, reporter, run.naive_on,
+                            run.args.profile)
+
+
+def _latency(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_delivery
+
+    s = run.sizes
+    out: dict[str, Any] = {}
+    for backend in run.backends:
+        url = dbs.fresh(backend, "latency")
+        profile = f"{run.args.profile}/latency_consumer_{backend}.html" if run.args.profile else None
+        out[backend] = bench_delivery.run_latency(
+            url, rate=s.rate, seconds=s.latency_s, warmup_s=s.warmup_s, agents=s.latency_agents,
+            reporter=reporter, label=backend, profile=profile,
+        )
+        dbs.drop(url)
+        r = out[backend]
+        reporter.note(
+            f"latency [{backend}]: post→steer queued p50 {r['steer_queued']['p50_ms']} ms, p99 "
+            f"{r['steer_queued']['p99_ms']} ms at {r['rate_achieved_per_s']} posts/s; post call p99 "
+            f"{r['post_call']['p99_ms']} ms; missing {r['missing_steers']}"
+        )
+        if run.args.http:
+            import bench_http
+
+            url = dbs.fresh(backend, "latency_http")
+            out[f"{backend}_http"] = bench_http.run_http_latency(
+                url, rate=s.rate, seconds=s.http_s, warmup_s=s.warmup_s, agents=s.latency_agents,
+                reporter=reporter, label=backend,
+            )
+            dbs.drop(url)
+    return out
+
+
+def _fanout(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_delivery
+
+    s = run.sizes
+    out: dict[str, Any] = {}
+    for backend in run.backends:
+        entry: dict[str, Any] = {}
+        for agents in (0, *s.fanout_agents):
+            url = dbs.fresh(backend, f"fanout{agents}")
+            entry[str(agents)] = bench_delivery.run_fanout(
+                url, agents=agents, messages=s.fanout_messages, reporter=reporter, label=backend
+            )
+            dbs.drop(url)
+            r = entry[str(agents)]
+            reporter.note(
+                f"fan-out [{backend}] {agents} agents: {r['messages_per_s']:,.0f} msgs/s, "
+                f"{r['dispatches_per_s']:,.0f} dispatches/s, complete {r['complete']}"
+            )
+        out[backend] = entry
+    return out
+
+
+def _recovery(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_delivery
+
+    s = run.sizes
+    out: dict[str, Any] = {}
+    for backend in run.backends:
+        url = dbs.fresh(backend, "recovery")
+        out[backend] = bench_delivery.run_recovery(
+            url, sizes=list(s.recovery_sizes), batch_note=s.scan_batch, reporter=reporter, label=backend
+        )
+        dbs.drop(url)
+    return out
+
+
+def _stuck(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_stuck
+
+    s = run.sizes
+    return bench_stuck.run(run.backends, stuck=s.stuck, frames=s.stuck_frames, seed=s.seed, pace_ms=s.stuck_pace_ms,
+                           naive_on=run.naive_on, dbs=dbs, reporter=reporter, harness_check=not run.args.smoke)
+
+
+SECTION_RUNNERS = {"ingest": _ingest, "latency": _latency, "fanout": _fanout, "recovery": _recovery, "stuck": _stuck}
+
+
+# -- checks (correctness, never speed) ---------------------------------------------------------------
+def checks(results: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for backend in ("sqlite", "postgresql"):
+        ing = results.get("ingest", {}).get(backend)
+        if ing:
+            found[f"ingest.{backend}.ours.unprocessed"] = ing["ours"]["unprocessed"] == 0
+            if "naive" in ing:
+                found[f"ingest.{backend}.naive.unprocessed"] = ing["naive"]["unprocessed"] == 0
+                found[f"ingest.{backend}.naive.same_row_counts"] = ing["naive"]["rows_equal"]
+                found[f"ingest.{backend}.naive.same_content"] = ing["naive"]["content_equal"]
+        lat = results.get("latency", {}).get(backend)
+        if lat:
+            found[f"latency.{backend}.no_missing_steer"] = lat["missing_steers"] == 0
+            found[f"latency.{backend}.steer_only"] = lat["mentioned_also_delivered"] == 0
+        http = results.get("latency", {}).get(f"{backend}_http")
+        if http:
+            found[f"latency.{backend}_http.no_missing_steer"] = http["missing_steers"] == 0
+        fan = results.get("fanout", {}).get(backend)
+        if fan:
+            for agents, r in fan.items():
+                found[f"fanout.{backend}.{agents}.complete"] = r["complete"]
+        rec = results.get("recovery", {}).get(backend)
+        if rec:
+            for size, r in rec["by_size"].items():
+                found[f"recovery.{backend}.{size}.nothing_unrouted"] = r["unrouted_after"] == 0
+        st = results.get("stuck", {}).get(backend)
+        if st:
+            for pace in ("corpus_time", "paced"):
+                part = st.get(pace)
+                if part is None:
+                    continue
+                found[f"stuck.{backend}.{pace}.ours.unprocessed_after_restart"] = part["ours"]["unprocessed_after_restart"] == 0
+                found[f"stuck.{backend}.{pace}.no_stuck.unprocessed"] = part["no_stuck"]["unprocessed_after"] == 0
+                if "naive" in part:
+                    found[f"stuck.{backend}.{pace}.naive.unprocessed_after_restart"] = (
+                        part["naive"]["unprocessed_after_restart"] == 0
+                    )
+            if "harness" in st:
+                found[f"stuck.{backend}.harness.unprocessed_after_restart"] = st["harness"]["unprocessed_after_restart"] == 0
+                found[f"stuck.{backend}.harness.same_stuck_decodes"] = st["harness"]["same_stuck_decodes"]
+    failed = sorted(k for k, v in found.items() if not v)
+    return {"ok": not failed, "failed": failed, "checked": found}
+
+
+# -- the table -----------------------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 0, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and digits:
+        return f"{value:,.{digits}f}{suffix}"
+    if isinstance(value, (int, float)):
+        return f"{value:,.0f}{suffix}"
+    return str(value)
+
+
+def _met(ok: bool | None) -> str:
+    return "—" if ok is None else ("yes" if ok else "NO")
+
+
+def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The table as data (also written to the JSON): one row per figure."""
+    rows: list[dict[str, Any]] = []
+    T = results["targets"]
+
+    def add(section: str, metric: str, backend: str, ours: Any, baseline: str = "", base_value: Any = None,
+            ratio_text: str = "", target: str = "", met: bool | None = None, digits: int = 0) -> None:
+        rows.append({
+            "section": section, "metric": metric, "backend": backend,
+            "ours": ours, "ours_text": _fmt(ours, digits), "baseline": baseline, "baseline_value": base_value,
+            "baseline_text": _fmt(base_value, digits) if base_value is not None else "", "ratio": ratio_text,
+            "target": target, "met": met,
+        })
+
+    for backend in ("sqlite", "postgresql"):
+        ing = results.get("ingest", {}).get(backend)
+        if not ing:
+            continue
+        ours, raw, naive = ing["ours"], ing["raw"], ing.get("naive")
+        fps = ours["frames_per_s"]
+        is_sqlite = backend == "sqlite"
+        target = f"≥ {T['ingest_frames_per_s_sqlite']:,}" if is_sqlite else ""
+        met = fps >= T["ingest_frames_per_s_sqlite"] if is_sqlite else None
+        if naive:
+            add("1 ingest", "frames/s", backend, fps, "naive per-frame", naive["frames_per_s"],
+                f"×{ing['ratios']['ours_over_naive']}", target, met)
+        add("1 ingest", "frames/s", backend, fps, "raw executemany", raw["frames_per_s"],
+            f"×{ing['ratios']['ours_over_raw']}", target if not naive else "", met if not naive else None)
+        cpf = ours["commits_per_frame"]
+        add("1 ingest", "commits/frame", backend, cpf, "naive per-frame" if naive else "raw (1 tx)",
+            naive["commits_per_frame"] if naive else raw["commits_per_frame"],
+            f"÷{ing['ratios']['commits_per_frame_naive_over_ours']}" if naive else "",
+            f"≤ {T['commits_per_frame']:g}", cpf <= T["commits_per_frame"], digits=3)
+    for backend in ("sqlite", "postgresql"):
+        lat = results.get("latency", {}).get(backend)
+        if not lat:
+            continue
+        rate = f"@{lat['rate_achieved_per_s']:,.0f}/s"
+        q, post = lat["steer_queued"], lat["post_call"]
+        add("2 post→steer", f"p50 ms {rate}", backend, q["p50_ms"], "post() call p50", post["p50_ms"],
+            f"×{_ratio(q['p50_ms'], post['p50_ms'])}", "", None, digits=2)
+        add("2 post→steer", f"p99 ms {rate}", backend, q["p99_ms"], "post() call p99", post["p99_ms"],
+            f"×{_ratio(q['p99_ms'], post['p99_ms'])}", f"≤ {T['steer_p99_ms']:g}", q["p99_ms"] <= T["steer_p99_ms"],
+            digits=2)
+        r = lat["steer_read"]
+        add("2 post→steer", "p99 ms read by the agent", backend, r["p99_ms"], "", None, "", "", None, digits=2)
+        http = results.get("latency", {}).get(f"{backend}_http")
+        if http:
+            h = http["steer_sse"]
+            add("2 post→steer", f"HTTP+SSE p50 / p99 ms @{http['rate_achieved_per_s']:,.0f}/s", backend,
+                f"{h['p50_ms']} / {h['p99_ms']}", "HTTP POST p99", http["post_call"]["p99_ms"], "", "", None, digits=2)
+    for backend in ("sqlite", "postgresql"):
+        fan = results.get("fanout", {}).get(backend)
+        if not fan:
+            continue
+        base = fan.get("0", {}).get("messages_per_s")
+        for agents, r in fan.items():
+            if agents == "0":
+                continue
+            add("3 fan-out", f"msgs/s into {agents} queues", backend, r["messages_per_s"], "0 agents (post+consume)",
+                base, f"×{_ratio(r['messages_per_s'], base)}", "", None)
+            add("3 fan-out", f"dispatches/s, {agents} agents", backend, r["dispatches_per_s"], "", None, "", "", None)
+    for backend in ("sqlite", "postgresql"):
+        rec = results.get("recovery", {}).get(backend)
+        if not rec:
+            continue
+        sizes = sorted(rec["by_size"], key=int)
+        big, small = rec["by_size"][sizes[-1]], rec["by_size"][sizes[0]]
+        add("4 recovery scan", f"msgs/s over {int(sizes[-1]):,}", backend, big["messages_per_s"], "raw keyset walk",
+            big["raw_messages_per_s"], f"×{big['ours_over_raw']}", f"≥ {T['recovery_msgs_per_s']:,}",
+            big["messages_per_s"] >= T["recovery_msgs_per_s"])
+        growth = rec["memory_growth_large_over_small"]
+        add("4 recovery scan", f"tracemalloc peak KiB, {int(sizes[-1]):,} vs {int(sizes[0]):,}", backend,
+            big["tracemalloc_peak_kb"], f"at {int(sizes[0]):,}", small["tracemalloc_peak_kb"], f"×{growth}",
+            f"flat (≤ ×{T['recovery_memory_growth']:g})",
+            growth is not None and growth <= T["recovery_memory_growth"])
+        add("4 recovery scan", f"peak RSS growth KiB, {int(sizes[-1]):,} vs {int(sizes[0]):,}", backend,
+            big["rss_peak_delta_kb"], f"at {int(sizes[0]):,}", small["rss_peak_delta_kb"], "", "", None)
+    for backend in ("sqlite", "postgresql"):
+        st = results.get("stuck", {}).get(backend)
+        if not st:
+            continue
+        target = f"≤ {T['stuck_ms_per_later_frame']:g}"
+        for pace in ("corpus_time", "paced"):
+            part = st.get(pace)
+            if part is None:
+                continue
+            ours, naive = part["ours"], part.get("naive")
+            ms = ours["later_frame_drain_ms_avg"]
+            where = "corpus time" if pace == "corpus_time" else f"{ours['pace_ms']} ms apart"
+            label = f"ms/later frame, {ours['stuck_frames']} stuck, {where}"
+            met = ms <= T["stuck_ms_per_later_frame"]
+            if naive:
+                add("5 stuck backlog", label, backend, ms, "naive (before)", naive["later_frame_drain_ms_avg"],
+                    f"÷{part['ratios']['naive_over_ours']}", target, met, digits=3)
+            add("5 stuck backlog", label, backend, ms, "no frame stuck", part["no_stuck"]["later_frame_drain_ms_avg"],
+                f"×{part['ratios']['ours_over_no_stuck']}", "" if naive else target, None if naive else met, digits=3)
+            add("5 stuck backlog", f"retry sleeps asked, ms/later frame, {where}", backend,
+                ours["later_frame_requested_sleep_ms_avg"], "naive (before)" if naive else "",
+                naive["later_frame_requested_sleep_ms_avg"] if naive else None, "", "", None, digits=3)
+            add("5 stuck backlog", f"stuck frames' decodes, {where}", backend, ours["stuck_decodes"],
+                "naive (before)" if naive else "", naive["stuck_decodes"] if naive else None, "", "", None)
+            add("5 stuck backlog", f"unprocessed after restart, {where}", backend, ours["unprocessed_after_restart"],
+                "naive (before)" if naive else "", naive["unprocessed_after_restart"] if naive else None, "", "0",
+                ours["unprocessed_after_restart"] == 0)
+    return rows
+
+
+def _ratio(a: Any, b: Any) -> str:
+    r = benchlib.ratio(a, b)
+    return "—" if r is None else f"{r:g}"
+
+
+def print_table(console: Console, rows: list[dict[str, Any]], results: dict[str, Any]) -> None:
+    meta = results["meta"]
+    load = meta["machine"].get("loadavg_at_start")
+    table = Table(
+        title=f"Tidings benchmarks ({meta['mode']}, {meta['machine'].get('cpus')} cores, load at start {load}, "
+              f"{meta.get('seconds', '?')} s)",
+        title_justify="left",
+    )
+    for name, justify in (("section", "left"), ("metric", "left"), ("backend", "left"), ("ours", "right"),
+                          ("baseline", "left"), ("baseline value", "right"), ("ours vs baseline", "right"),
+                          ("target", "left"), ("met", "center")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    last = None
+    for row in rows:
+        if last is not None and row["section"] != last:
+            table.add_section()
+        last = row["section"]
+        table.add_row(row["section"], row["metric"], row["backend"], row["ours_text"], row["baseline"],
+                      row["baseline_text"], row["ratio"], row["target"], _met(row["met"]))
+    console.print(table)
+    console.print(
+        "ours vs baseline: ×r means ours = r × the baseline's figure; ÷r means the baseline's figure = r × ours. "
+        "Targets from issue 5. Speed depends on the machine's load (see the title and meta.machine in the JSON).",
+        markup=False, highlight=False,
+    )
+    checks_ = results["checks"]
+    console.print(
+        f"correctness checks: {len(checks_['checked']) - len(checks_['failed'])}/{len(checks_['checked'])} held"
+        + (f"; FAILED: {', '.join(checks_['failed'])}" if checks_["failed"] else ""),
+        markup=False, highlight=False,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

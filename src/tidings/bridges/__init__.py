@@ -1,0 +1,1 @@
+"""Bridges meet channels: links from bridge conversations into hub channels."""

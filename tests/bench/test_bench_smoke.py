@@ -1,0 +1,96 @@
+"""The benchmark must not rot (issue 5, item 6): ``bench/run.py --smoke`` on each backend.
+
+Tiny sizes, every section. What is checked is the results file's shape and the
+correctness the benchmark itself verifies (nothing left unprocessed or unrouted, no steer
+missing, the naive baseline writing the very same rows, nothing unprocessed after the
+stuck-backlog restart). Speed is never asserted: the figures only have to be there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+RUN_PY = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+SECTIONS = ("ingest", "latency", "fanout", "recovery", "stuck")
+LATENCY = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "n")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("tidings_bench_run", RUN_PY)
+    assert spec is not None and spec.loader is not None, f"no benchmark at {RUN_PY}"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("tidings_bench_run", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend, tmp_path):
+    out = tmp_path / "bench.json"
+    code = _bench().main(["--smoke", "--backend", backend, "--json", str(out), "--no-progress"], configure_logging=False)
+    assert code == 0
+    results = json.loads(out.read_text(encoding="utf-8"))
+
+    assert set(SECTIONS) <= set(results)
+    assert results["meta"]["mode"] == "smoke" and results["meta"]["backends"] == [backend]
+    assert set(results["targets"]) >= {"ingest_frames_per_s_sqlite", "commits_per_frame", "steer_p99_ms",
+                                       "recovery_msgs_per_s", "stuck_ms_per_later_frame"}
+    assert results["checks"]["ok"], results["checks"]["failed"]
+    assert results["checks"]["checked"], "no correctness check ran"
+
+    ingest = results["ingest"][backend]
+    for way in ("ours", "raw", "naive"):
+        assert _number(ingest[way]["frames_per_s"]) and _number(ingest[way]["commits_per_frame"])
+    for way in ("ours", "naive"):
+        assert ingest[way]["unprocessed"] == 0
+        assert ingest[way]["outcomes"]["applied"] > 0
+    assert ingest["naive"]["rows"] == ingest["ours"]["rows"]
+    assert ingest["naive"]["content_equal"] is True
+    assert ingest["raw"]["rows_inserted"] > 0
+    assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "commits_per_frame_naive_over_ours"}
+
+    latency = results["latency"][backend]
+    assert latency["missing_steers"] == 0 and latency["mentioned_also_delivered"] == 0
+    for figure in ("post_call", "steer_queued", "steer_read"):
+        assert set(latency[figure]) == set(LATENCY)
+        assert latency[figure]["n"] == latency["posts_measured"] > 0
+
+    fanout = results["fanout"][backend]
+    assert "0" in fanout and len(fanout) >= 2
+    for agents, figure in fanout.items():
+        assert figure["complete"] is True
+        assert figure["dispatches"] == int(agents) * figure["messages"]
+        assert _number(figure["messages_per_s"])
+
+    recovery = results["recovery"][backend]
+    assert len(recovery["by_size"]) >= 2
+    for size, figure in recovery["by_size"].items():
+        assert figure["messages"] >= int(size)
+        assert figure["marked"] == figure["messages"]
+        assert figure["unrouted_after"] == 0
+        assert figure["owed_rows"] == figure["owed_recorded"] > 0
+        assert _number(figure["messages_per_s"]) and _number(figure["tracemalloc_peak_kb"])
+    assert _number(recovery["memory_growth_large_over_small"])
+
+    stuck = results["stuck"][backend]["corpus_time"]
+    assert stuck["ours"]["stuck_frames"] > 0 and stuck["ours"]["stuck_decodes"] > 0
+    assert stuck["ours"]["unprocessed_before_restart"] > 0  # the stuck frames really stayed
+    assert stuck["ours"]["unprocessed_after_restart"] == 0
+    assert stuck["naive"]["unprocessed_after_restart"] == 0
+    assert stuck["no_stuck"]["unprocessed_after"] == 0
+    assert _number(stuck["ours"]["later_frame_drain_ms_avg"])
+
+    rows = results["table"]
+    assert {r["section"] for r in rows} == {"1 ingest", "2 post→steer", "3 fan-out", "4 recovery scan", "5 stuck backlog"}
+    assert all(r["backend"] == backend for r in rows)
