@@ -115,13 +115,18 @@ def test_admin_owner_and_owners_agent_may_read(client, world, reader):
     assert r.status_code == 200 and len(r.json()["messages"]) == 3
 
 
-@pytest.mark.parametrize("reader", ["stranger", "strangers_agent", "own_bridge_token", "other_bridge_token"])
-def test_everyone_else_gets_404_with_no_data(client, world, reader):
+@pytest.mark.parametrize(
+    "reader,status",
+    [("stranger", 404), ("strangers_agent", 404), ("own_bridge_token", 403), ("other_bridge_token", 403)],
+)
+def test_everyone_else_gets_404_or_a_bridge_token_403_with_no_data(client, world, reader, status):
+    # People and agents who may not read get the 404 of an unknown id; a bridge token is
+    # refused for what it is (it may only append its own frames), whichever bridge it names.
     token = world[reader] if reader.endswith("token") else world[reader]["token"]
     w = world["w"]
     for path in (f"/api/v1/bridges/{w.bridge_id}/conversations", f"/api/v1/conversations/{w.conv_id(SIG)}/messages"):
         r = client.get(path, headers=auth(token))
-        assert r.status_code == 404, (path, r.text)
+        assert r.status_code == status, (path, r.text)
         assert set(r.json()) == {"error"}
     # the same answer as for ids that do not exist
     assert client.get("/api/v1/bridges/br_nope/conversations", headers=auth(world["owner"]["token"])).status_code == 404

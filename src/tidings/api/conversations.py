@@ -159,7 +159,7 @@ def get_conversations(
     request: Request,
     limit: str | None = None,
     before_ms: str | None = None,
-    who: Principal = Depends(deps.principal),
+    who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
     lim = _int_param(limit, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
     before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
@@ -173,7 +173,7 @@ def get_conversation_messages(
     request: Request,
     limit: str | None = None,
     before_ms: str | None = None,
-    who: Principal = Depends(deps.principal),
+    who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
     lim = _int_param(limit, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
     before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
