@@ -181,3 +181,25 @@ def test_links_are_admin_only_and_validated(client, runtime):
     assert r.status_code == 200 and r.json()["created"] is False
     r = client.get(url, headers=client.admin)
     assert [(l["conversation_id"], l["channel_id"]) for l in r.json()["links"]] == [(conversation_id, ch["id"])]
+
+
+def test_the_demo_links_signal_family_so_the_sample_file_steers_the_assistant(world):
+    import json
+    from pathlib import Path
+
+    from tidings.demo import seed_demo
+
+    seed_demo(world.rt, "http://127.0.0.1:0")
+    with world.store.read() as tx:
+        family = tx.raw("SELECT id FROM channels WHERE name = 'signal-family'").fetchone()[0]
+        bridge = tx.raw("SELECT id FROM bridges").fetchone()[0]
+        assistant = tx.raw("SELECT id FROM accounts WHERE handle = 'assistant'").fetchone()[0]
+    sample = Path(__file__).parent / "ingest" / "fixtures" / "signal_sample.jsonl"
+    frames = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+    world.rt.ingest.append_body(bridge, {"frames": frames})
+    world.rt.ingest.drain()
+    world.pump()
+    texts = {m["text"]: m["id"] for m in channel_messages(world, family)}
+    dinner = [mid for text, mid in texts.items() if text.endswith("@assistant what's for dinner")]
+    assert len(dinner) == 1
+    assert dinner[0] in world.owed(assistant)

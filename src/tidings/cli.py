@@ -118,12 +118,19 @@ def ingest(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON-lines file of frames."),
     bridge: str = typer.Option(..., "--bridge", help="Bridge id the frames belong to."),
     db: Optional[str] = DbOption,
+    url: Optional[str] = typer.Option(None, "--url", help="Append through a running hub at this URL instead."),
+    token: Optional[str] = typer.Option(None, "--token", help="With --url: the bridge's token (env TIDINGS_BRIDGE_TOKEN)."),
 ) -> None:
     """Append frames from a JSON-lines file (with a progress bar), drain them, print counters."""
     try:
-        from .ingest.cli import run_ingest
+        from .ingest.cli import run_ingest, run_ingest_http
     except ModuleNotFoundError:
         fail("ingest is not available in this build")
+    if url:
+        token = token or os.environ.get("TIDINGS_BRIDGE_TOKEN")
+        if not token:
+            fail("--url needs the bridge's --token (or TIDINGS_BRIDGE_TOKEN)", 2)
+        sys.exit(run_ingest_http(file, bridge, url, token, out, err))
     sys.exit(run_ingest(file, bridge, resolve_db(db), out, err))
 
 

@@ -1,8 +1,10 @@
 """``tidings serve --demo``: a small world a newcomer can poke at once.
 
 People alice and bob, agents ``assistant`` (owned by alice) and ``scout`` (owned by bob),
-channels ``#general`` (everyone; the assistant subscribed) and ``#research`` (scout
-subscribed, assistant a plain member), and a few messages. Demo accounts get fixed,
+channels ``#general`` (everyone; the assistant subscribed), ``#research`` (scout
+subscribed, assistant a plain member) and ``#signal-family`` (alice's Signal "Family" group
+linked in; the assistant a plain member, so a mention from Signal steers or owes it), a few
+messages, and alice's Signal bridge with a short family chat. Demo accounts get fixed,
 well-known tokens so the README tour can be pasted as is; that is why the demo uses its
 own database file by default and binds to loopback.
 """
@@ -16,6 +18,12 @@ from .hub import channels as channels_hub
 from .hub.tokens import Principal, register_token
 from .runtime import Runtime
 from .store import accounts as accounts_store
+from .store.sql import Stmt
+
+_GROUP_CONVERSATION = Stmt(
+    "SELECT id FROM conversations WHERE bridge_id = :bridge_id AND kind = 'group' ORDER BY created_at_ms LIMIT 1"
+)
+_DEMO_BRIDGE = Stmt("SELECT id FROM bridges WHERE name = 'Alice''s phone' ORDER BY created_at_ms LIMIT 1")
 
 DEMO_TOKENS = {
     "alice": "tdg_demo_alice",
@@ -59,11 +67,12 @@ def seed_demo(runtime: Runtime, base_url: str) -> str:
             runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"], ids["scout"]]
         )
         channels_hub.update_members(runtime.store, admin, research["id"], {"subscribe": [ids["scout"]]})
+        family = channels_hub.create_channel(runtime.store, alice, name="signal-family", members=[ids["assistant"]])
         runtime.posting.post(author_id=ids["alice"], channel_id=general["id"], text="Welcome to Tidings, everyone!")
         runtime.posting.post(
             author_id=ids["bob"], channel_id=research["id"], text="@scout can you dig up last week's numbers?"
         )
-        _seed_bridge(runtime, admin, ids)
+        _seed_bridge(runtime, admin, ids, family["id"])
     else:
         for handle in DEMO_TOKENS:
             row = _account(runtime, handle)
@@ -71,26 +80,35 @@ def seed_demo(runtime: Runtime, base_url: str) -> str:
                 ids[handle] = row["id"]
     with runtime.store.read() as tx:
         channels = {c["name"]: c["id"] for c in channels_hub.channels_of_account(tx, ids.get("alice"))}
+        bridge = tx.one(_DEMO_BRIDGE)
     general_id = channels.get("general", "<general channel id>")
-    return _guide(base_url, ids, general_id)
+    return _guide(base_url, general_id, bridge[0] if bridge else "<bridge id>")
 
 
-def _seed_bridge(runtime: Runtime, admin: Principal, ids: dict[str, str]) -> None:
-    """A Signal bridge with a few frames, once the ingest engine is part of the build."""
-    try:
-        from .ingest.demo import seed_demo_bridge
-    except ModuleNotFoundError:
-        return
-    seed_demo_bridge(runtime, admin, ids)
+def _seed_bridge(runtime: Runtime, admin: Principal, ids: dict[str, str], family_id: str) -> None:
+    """Alice's Signal bridge with a family chat, its group linked into ``#signal-family``."""
+    from .ingest.demo import seed_demo_bridge
+
+    bridge = seed_demo_bridge(runtime, admin, ids)
+    with runtime.store.read() as tx:
+        row = tx.one(_GROUP_CONVERSATION, {"bridge_id": bridge["id"]})
+    if row is not None:
+        runtime.links.link(admin, bridge["id"], {"conversation_id": row[0], "channel_id": family_id})
 
 
-def _guide(base: str, ids: dict[str, str], general_id: str) -> str:
+def _guide(base: str, general_id: str, bridge_id: str) -> str:
+    from .ingest.demo import DEMO_BRIDGE_TOKEN
+
     return f"""
-[bold]Demo world[/bold]: people alice, bob; agents assistant (alice's), scout (bob's).
-Tokens: alice=tdg_demo_alice  bob=tdg_demo_bob  assistant=tdg_demo_assistant  scout=tdg_demo_scout  admin=tdg_demo_admin
-Try it (in another terminal):
-  curl -N -H 'Authorization: Bearer tdg_demo_assistant' {base}/api/v1/session
-  curl -H 'Authorization: Bearer tdg_demo_alice' -H 'Content-Type: application/json' \\
-       -d '{{"text": "@assistant what is on the agenda?"}}' {base}/api/v1/channels/{general_id}/messages
-  open {base}/ in a browser for the live page; GET {base}/healthz answers {{"ok": true}}
+[bold]Demo world[/bold]: people alice, bob; agents assistant (alice's), scout (bob's); channels
+#general, #research, #signal-family (linked to the "Family" group of alice's Signal bridge).
+Tokens: alice=tdg_demo_alice  bob=tdg_demo_bob  assistant=tdg_demo_assistant  scout=tdg_demo_scout
+        admin=tdg_demo_admin  signal bridge={DEMO_BRIDGE_TOKEN}
+The live page:   {base}/#token=tdg_demo_admin
+Be the agent:    curl -N -H 'Authorization: Bearer tdg_demo_assistant' {base}/api/v1/session
+Mention it:      curl -H 'Authorization: Bearer tdg_demo_alice' -H 'Content-Type: application/json' \\
+                   -d '{{"text": "@assistant what is on the agenda?"}}' {base}/api/v1/channels/{general_id}/messages
+Signal traffic:  uv run tidings ingest tests/ingest/fixtures/signal_sample.jsonl --bridge {bridge_id} \\
+                   --url {base} --token {DEMO_BRIDGE_TOKEN}
+MCP (agent):     {base}/mcp with header 'Authorization: Bearer tdg_demo_assistant'
 """

@@ -104,3 +104,26 @@ def test_the_typer_command_wires_it(backend_url):
             assert inbox_store.backlog(tx) == 0
     finally:
         with_store.dispose()
+
+
+def test_ingest_through_a_running_hub_with_the_bridge_token(runtime):
+    from tidings.api import create_app
+    from tidings.ingest.cli import run_ingest_http
+
+    from live import LiveServer
+
+    bridge = create_bridge(runtime.store, platform="signal", name="phone")
+    out, err, out_console, err_console = consoles()
+    with LiveServer(create_app(runtime)) as server:
+        code = run_ingest_http(SAMPLE, bridge["id"], server.url, bridge["token"], out_console, err_console)
+        assert code == 0, err.getvalue()
+        assert "replays" in out.getvalue()
+        # A second run of the same file: every keyed frame is a replay, nothing new.
+        code = run_ingest_http(SAMPLE, bridge["id"], server.url, bridge["token"], out_console, err_console)
+        assert code == 0
+        # The wrong token is refused with the server's reason, exit 1.
+        code = run_ingest_http(SAMPLE, bridge["id"], server.url, "tdg_wrong", out_console, err_console)
+        assert code == 1 and "401" in err.getvalue()
+    with runtime.store.read() as tx:
+        assert inbox_store.backlog(tx) == 0
+        assert tx.raw("SELECT COUNT(*) FROM bridge_messages").fetchone()[0] > 0

@@ -105,7 +105,7 @@ def test_the_live_page_for_the_admin_and_for_a_human(chromium, demo_hub):
     assert page.evaluate("location.hash") == "" and "tdg_" not in page.url  # dropped from the URL
     assert page.evaluate("localStorage.getItem('tidings.token')") == ADMIN_TOKEN
     expect(page.locator("#whoami")).to_have_text("admin")
-    expect(page.locator("#channel-list .channel-name")).to_have_text(["general", "research"])
+    expect(page.locator("#channel-list .channel-name")).to_have_text(["general", "research", "signal-family"])
     expect(page.locator("#home-list .channel-name")).to_have_text(["assistant", "scout"])
     expect(page.locator("#channel-title")).to_have_text("# general")
     expect(page.locator("#messages .msg")).to_have_count(1)
@@ -185,7 +185,7 @@ def test_the_live_page_for_the_admin_and_for_a_human(chromium, demo_hub):
     page.locator("#token-input").press("Enter")
     expect(page.locator("#conn")).to_have_text("live")
     expect(page.locator("#whoami")).to_have_text("@alice · human")
-    expect(page.locator("#channel-list .channel-name")).to_have_text(["general", "research"])
+    expect(page.locator("#channel-list .channel-name")).to_have_text(["general", "research", "signal-family"])
     expect(page.locator("#home-list .channel-name")).to_have_text(["assistant"])  # not bob's scout
     expect(page.locator("#messages .msg")).to_have_count(2)
     expect(page.locator("#status-panel")).to_be_hidden()

@@ -145,3 +145,48 @@ def run_ingest(file: Path, bridge_id: str, db_url: str, out: Console, err: Conso
         if runtime.ingest is not None:
             runtime.ingest.stop()  # closes the drain's connection (the runtime was never started)
         runtime.stop()
+
+
+HTTP_BATCH = 200
+
+
+def run_ingest_http(file: Path, bridge_id: str, url: str, token: str, out: Console, err: Console) -> int:
+    """The same file, appended through a running hub's ``POST /api/v1/bridges/{id}/frames``
+    with the bridge's token: the hub applies the frames and delivers linked messages at once.
+    Frames go in batches (each batch is all-or-nothing on the server, and each answer means
+    "durably committed"); a failed batch stops the run with the server's reason."""
+    import httpx
+
+    def fail(message: str, code: int = 1) -> int:
+        err.print(f"error: {message}", markup=False, highlight=False)
+        return code
+
+    try:
+        frames = [raw for _number, raw in _lines(file)]
+    except (OSError, UnicodeDecodeError) as exc:
+        return fail(f"cannot read {file}: {exc}")
+    except _LineError as exc:
+        return fail(f"{file}: {exc}")
+    endpoint = f"{url.rstrip('/')}/api/v1/bridges/{bridge_id}/frames"
+    appended = replays = 0
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as client, _progress(out) as progress:
+        task = progress.add_task("appending", total=len(frames))
+        for start in range(0, len(frames), HTTP_BATCH):
+            batch = frames[start:start + HTTP_BATCH]
+            try:
+                response = client.post(endpoint, json={"frames": batch})
+            except httpx.HTTPError as exc:
+                return fail(f"cannot reach {url}: {exc}")
+            if response.status_code != 202:
+                try:
+                    reason = response.json()["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    reason = response.text[:200]
+                return fail(f"frames {start + 1}-{start + len(batch)}: HTTP {response.status_code}: {reason}")
+            results = response.json()["results"]
+            appended += len(results)
+            replays += sum(1 for r in results if r.get("replay"))
+            progress.advance(task, len(batch))
+    out.print(f"{appended} frames accepted by {url} ({replays} were replays of frames it already had)",
+              markup=False, highlight=False)
+    return 0
