@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 
 from ..errors import BadRequest, NotFound
+from ..params import int_param as _int_param
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import bridge_messages, conversations, reactions
@@ -68,18 +69,6 @@ def _visible_conversation(tx: Tx, who: Principal, conversation_id: str) -> None:
 
 
 # -- parameters --------------------------------------------------------------------------
-def _int_param(value: Any, name: str, *, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    if value is None or value == "":
-        return default
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"{name} must be an integer") from None
-    if n < lo or (hi is not None and n > hi):
-        raise BadRequest(f"{name} must be between {lo} and {hi}" if hi is not None else f"{name} must be >= {lo}")
-    return n
-
-
 # -- shapes ------------------------------------------------------------------------------
 def public_conversation(row: dict[str, Any]) -> dict[str, Any]:
     return {

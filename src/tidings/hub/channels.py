@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import BadRequest, Forbidden, NotFound
+from ..params import int_param as _int_param
 from ..ids import new_id
 from ..store import accounts as accounts_store
 from ..store import channels as channels_store
@@ -167,18 +168,6 @@ def list_messages(store: Store, principal: Principal, channel_id: Any, after_seq
         channel = visible_channel(tx, principal, channel_id)
         rows = messages_store.messages_after(tx, channel["id"], after, lim)
     return [public_message(r) for r in rows]
-
-
-def _int_param(value: Any, name: str, *, default: int, lo: int, hi: int | None = None) -> int:
-    if value is None or value == "":
-        return default
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"{name} must be an integer") from None
-    if n < lo or (hi is not None and n > hi):
-        raise BadRequest(f"{name} must be between {lo} and {hi}" if hi is not None else f"{name} must be >= {lo}")
-    return n
 
 
 def public_channel(row: dict[str, Any]) -> dict[str, Any]:

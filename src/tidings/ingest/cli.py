@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..errors import TidingsError
+from ..progress import progress_bar
 from ..store import inbox as inbox_store
 
 APPEND_BATCH = 500
@@ -41,17 +41,6 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
                 yield number, json.loads(line)
             except (ValueError, RecursionError) as exc:
                 raise _LineError(f"line {number}: not valid JSON ({exc})") from None
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def run_ingest(file: Path, bridge_id: str, db_url: str, out: Console, err: Console) -> int:
@@ -94,7 +83,7 @@ def run_ingest(file: Path, bridge_id: str, db_url: str, out: Console, err: Conso
 
         # 2. append with a progress bar
         appended = replays = 0
-        with _progress(out) as progress:
+        with progress_bar(out) as progress:
             task = progress.add_task("appending", total=total)
             batch: list[Any] = []
             for _number, raw in _lines(file):
@@ -169,7 +158,7 @@ def run_ingest_http(file: Path, bridge_id: str, url: str, token: str, out: Conso
         return fail(f"{file}: {exc}")
     endpoint = f"{url.rstrip('/')}/api/v1/bridges/{bridge_id}/frames"
     appended = replays = 0
-    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as client, _progress(out) as progress:
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as client, progress_bar(out) as progress:
         task = progress.add_task("appending", total=len(frames))
         for start in range(0, len(frames), HTTP_BATCH):
             batch = frames[start:start + HTTP_BATCH]

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..progress import progress_bar
 from .harness import ReplayConfig, ReplayError, replay, write_metrics
 
 
@@ -67,7 +67,7 @@ def run_replay(
         apply_on_append=apply_on_append, autocheckpoint=autocheckpoint, label=label,
     )
     try:
-        with _progress(out) as progress:
+        with progress_bar(out) as progress:
             task = progress.add_task("replaying", total=None)
 
             def tick(done: int, total: int) -> None:
@@ -120,18 +120,6 @@ def _compare(a: str, b: str, ignore: list[str], report_path: Path | None, out: C
             err.print(f"error: cannot write {report_path}: {exc}", markup=False, highlight=False)
             return 1
     return 0 if report["identical"] else 1
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def _summary(m: dict[str, Any], console: Console) -> None:
