@@ -1410,7 +1410,7 @@ def synthesize(frames: int, seed: int, progress: Callable[[int], None] | None = 
 
 def run_synth(frames: int, seed: int, output: Path, out: Any, err: Any) -> int:
     """``tidings corpus synth``: write the corpus, print a one-line summary; the exit code."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from ..progress import progress_bar
 
     if frames < 1:
         err.print("error: --frames must be at least 1", markup=False, highlight=False)
@@ -1420,9 +1420,8 @@ def run_synth(frames: int, seed: int, output: Path, out: Any, err: Any) -> int:
         err.print(f"error: directory {output.parent} does not exist", markup=False, highlight=False)
         return 1
     started = time.perf_counter()
-    with Progress(TextColumn("synthesising"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=True, disable=frames < 5_000) as bar:
-        task = bar.add_task("synth", total=frames)
+    with progress_bar(out, transient=True) as bar:
+        task = bar.add_task("synthesising", total=frames, visible=frames >= 5_000)
         corpus = synthesize(frames, seed, lambda done: bar.update(task, completed=done))
         bar.update(task, completed=frames)
     tmp = output.with_name(output.name + ".tmp")
