@@ -8,6 +8,7 @@ libgm protojson ``Conversation``/``Message``). The file prefix names the codec.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tidings.ingest.events import (
     Participant,
     ReactionEvent,
     ReceiptEvent,
+    identity_key,
     validate_event,
 )
 
@@ -208,6 +210,7 @@ def test_fixture_decodes_to_exact_events(name: str) -> None:
     assert events == EXPECTED[name]
     for ev in events:
         validate_event(ev)
+        _check_proofs(DECODERS[codec_of(name)].platform, ev)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -554,7 +557,9 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
 
 
 def _check_contract(codec: str, payload: Any) -> None:
-    """decode returns validated events or raises DecodeError: never anything else."""
+    """decode returns validated events or raises DecodeError: never anything else. Every
+    identity carries a true proof (``identity_ref``), which is what lets validate_event and
+    the projection skip canonicalising it again."""
     try:
         events = DECODERS[codec].decode(payload)
     except DecodeError as exc:
@@ -563,6 +568,30 @@ def _check_contract(codec: str, payload: Any) -> None:
     assert isinstance(events, list)
     for ev in events:
         validate_event(ev)
+        _check_proofs(DECODERS[codec].platform, ev)
+
+
+def _check_proofs(platform: str, ev: Any) -> None:
+    refs = [getattr(ev, name) for name in ("sender", "actor") if hasattr(ev, name)]
+    refs += [part.identity for part in getattr(ev, "participants", ())]
+    for ref in refs:
+        assert ref.platform == platform, ref
+        assert identity_key(platform, ref.raw) == (ref.kind, ref.canonical), ref
+    validate_event(_unproven(ev))  # the full check, canonicalisation included, passes too
+
+
+def _unproven(ev: Any) -> Any:
+    """``ev`` with every identity rebuilt by the constructor (no proof)."""
+    def plain(ref: IdentityRef) -> IdentityRef:
+        return IdentityRef(ref.raw, ref.name, ref.is_self, ref.kind, ref.canonical)
+
+    if isinstance(ev, ConversationEvent):
+        return dataclasses.replace(ev, participants=tuple(
+            dataclasses.replace(p, identity=plain(p.identity)) for p in ev.participants))
+    for name in ("sender", "actor"):
+        if hasattr(ev, name):
+            return dataclasses.replace(ev, **{name: plain(getattr(ev, name))})
+    return ev
 
 
 def _check_strict(codec: str, payload: dict) -> None:
@@ -655,3 +684,4 @@ def test_fuzz_decode_frame(codec: str, version: Any, payload: Any) -> None:
         return
     for ev in events:
         validate_event(ev)
+        _check_proofs(DECODERS[codec].platform, ev)

@@ -20,19 +20,27 @@ fails transiently is inserted unprocessed for the worker, and so is the rest of 
 request. The 202 still means exactly "durably committed". If the apply step breaks the
 transaction itself, the request is appended again without it. ``apply_on_append=False``
 gives the pure worker path (every frame is applied by the drain).
+
+Connections (SQLite): an append transaction runs on a connection this engine keeps for
+appends (``_AppendConnections``: taken by one request at a time, a few kept idle) instead
+of a pool checkout per request. Transactions are the store's own (``Dedicated.write``:
+``BEGIN IMMEDIATE`` under the store's one writer lock), so nothing about them changes.
+PostgreSQL keeps the pool, whose pre-ping replaces a connection the server dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Iterator
 
 import structlog
 
 from ..errors import TidingsError
 from ..faults import Faults
 from ..store import inbox as inbox_store
-from ..store.engine import Store
+from ..store.engine import Dedicated, Store, Tx
 from .counters import BridgeCounters
 from .inbox import MAX_FRAME_BYTES, AppendResult, Frame, append_frames, frames_of_body, parse_frame
 from .worker import DrainStats, Worker
@@ -51,6 +59,46 @@ def _group_from_env() -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"TIDINGS_INGEST_GROUP must be a positive integer, got {raw!r}")
     return int(raw)
+
+
+class _AppendConnections:
+    """Write transactions for appends on SQLite connections kept for them.
+
+    Each transaction takes an idle connection (or opens one) and gives it back after
+    its commit or rollback, so one connection is only ever used by one thread at a
+    time; at most ``keep`` stay idle, the rest go back to the pool. The transaction is
+    ``Dedicated.write``, i.e. the store's own (same writer lock, same commit and
+    ``after_commit`` rules), minus the pool checkout and reset of ``Store.write``.
+    """
+
+    def __init__(self, store: Store, keep: int = 2) -> None:
+        self.store = store
+        self.keep = keep
+        self._idle: list[Dedicated] = []
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Tx]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self.store.dedicated()
+        try:
+            with conn.write() as tx:
+                yield tx
+        finally:
+            with self._lock:
+                if len(self._idle) < self.keep:
+                    self._idle.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
 
 class Ingest:
@@ -83,6 +131,7 @@ class Ingest:
             worker_options.setdefault("on_message", links.on_message)
         self.worker = Worker(store, counters=self.counters, faults=self.faults, **worker_options)
         self._codec_platforms: dict[str, str] | None = None
+        self._connections = _AppendConnections(store) if store.dialect == "sqlite" else None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -90,6 +139,8 @@ class Ingest:
 
     def stop(self) -> None:
         self.worker.stop()
+        if self._connections is not None:
+            self._connections.close()
 
     def notify(self) -> None:
         self.worker.notify()
@@ -133,12 +184,16 @@ class Ingest:
         else:
             results, left = self._append(bridge_id, frames, apply=False)
         counters = self.counters.of(bridge_id)
-        new = sum(1 for r in results if not r.replay)
+        new = stale = 0
+        for r in results:
+            if not r.replay:
+                new += 1
+            elif r.stale:
+                stale += 1
         if new:
             counters.incr("appended", new)
         if len(results) - new:
             counters.incr("deduped", len(results) - new)
-        stale = sum(1 for r in results if r.stale)
         if stale:
             counters.incr("stale_replays", stale)
             log.info("stale ingest replay ignored", bridge_id=bridge_id, frames=stale)
@@ -149,15 +204,18 @@ class Ingest:
     def _append(self, bridge_id: str, frames: list[Frame], apply: bool) -> tuple[list[AppendResult], int]:
         """One append transaction; returns the results and how many new frames it left
         unprocessed. Raises ``_ApplyBroke`` when the apply step failed the transaction."""
-        with self.store.write() as tx:
+        platform_of = self.worker.bridge_platform
+        with (self._connections or self.store).write() as tx:
             if not apply:
-                results = append_frames(tx, bridge_id, frames, self.store.now_ms(), self.inbox_ids)
+                results = append_frames(
+                    tx, bridge_id, frames, self.store.now_ms(), self.inbox_ids, bridge_platform=platform_of
+                )
                 return results, sum(1 for r in results if not r.replay)
             inbox_store.lock_bridge_appends(tx, bridge_id)
             now = self.store.now_ms()
             applier = self.worker.appender(bridge_id, now)
             try:
-                results = append_frames(tx, bridge_id, frames, now, self.inbox_ids, applier)
+                results = append_frames(tx, bridge_id, frames, now, self.inbox_ids, applier, platform_of)
             except TidingsError:
                 raise  # an unknown bridge: the same answer as without apply on append
             except Exception as exc:

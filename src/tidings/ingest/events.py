@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "ReactionEvent",
     "ReceiptEvent",
     "identity_key",
+    "identity_ref",
     "validate_event",
 ]
 
@@ -85,13 +86,22 @@ class InvalidEvent(ValueError):
 @dataclass(frozen=True, slots=True)
 class IdentityRef:
     """Who did something. ``raw`` is what the network calls them; ``kind``/``canonical``
-    are :func:`identity_key` of it (decoders fill them in, they may be left empty)."""
+    are :func:`identity_key` of it (decoders fill them in, they may be left empty).
+
+    ``platform`` is the proof that ``kind``/``canonical`` ARE ``identity_key(platform,
+    raw)``: only :func:`identity_ref` sets it (after canonicalising), the constructor
+    cannot (``init=False``), ``dataclasses.replace`` drops it, and the instance is frozen,
+    so ``raw`` cannot change under it. ``""`` means "not proven": :func:`validate_event`
+    then canonicalises ``raw`` itself, and the projection always does. It takes no part
+    in equality, hashing or ``repr``.
+    """
 
     raw: str
     name: str = ""
     is_self: bool = False
     kind: str = ""
     canonical: str = ""
+    platform: str = field(default="", init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +212,18 @@ def identity_key(platform: str, raw: str) -> tuple[str, str]:
     return _canonicalise(platform, raw)
 
 
+def identity_ref(platform: str, raw: str, name: str = "", is_self: bool = False) -> IdentityRef:
+    """An :class:`IdentityRef` whose ``kind``/``canonical`` are ``identity_key(platform,
+    raw)``, carrying that proof (``platform``) so that neither :func:`validate_event` nor
+    the projection canonicalises it again. Raises :class:`InvalidEvent` like
+    :func:`identity_key`. This is how decoders build identities: one canonicalisation
+    per sighting."""
+    kind, canonical = identity_key(platform, raw)
+    ref = IdentityRef(raw, name, is_self, kind, canonical)
+    object.__setattr__(ref, "platform", platform)
+    return ref
+
+
 def _canonicalise(platform: str, raw: str) -> tuple[str, str]:
     if not isinstance(raw, str):
         raise InvalidEvent(f"identity must be a string, got {type(raw).__name__}")
@@ -301,10 +323,11 @@ def _check_text(
         raise InvalidEvent(f"{owner}.{field} must be a string, got {type(value).__name__}")
     if "\x00" in value:
         raise InvalidEvent(f"{owner}.{field} contains a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidEvent(f"{owner}.{field} is not valid Unicode (lone surrogate)") from None
+    if not value.isascii():  # ASCII text holds no surrogate: skip the encode
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent(f"{owner}.{field} is not valid Unicode (lone surrogate)") from None
     if not blank_ok and not value.strip():
         raise InvalidEvent(f"{owner}.{field} is blank")
     if max_len is not None and len(value) > max_len:
@@ -349,6 +372,10 @@ def _check_identity(where: str, ref: Any) -> None:
         raise InvalidEvent(f"{where}.kind must be a string")
     elif ref.canonical:
         raise InvalidEvent(f"{where} has a canonical value but no kind")
+    if ref.platform:
+        # Built by identity_ref: kind/canonical are identity_key(platform, raw) of this
+        # very (frozen) raw, so raw is proven canonicalisable; doing it again proves nothing.
+        return
     try:
         # The platform-specific rules only choose between kinds; whether a value can be
         # canonicalised at all does not depend on the platform.

@@ -17,6 +17,11 @@ Within one millisecond frames drain in append order (see ``_InboxIds``).
 Payload storage: an object is stored as its JSON text, a string as the string itself. The
 decoders accept either and parse a string as JSON, so both decode exactly as the bridge
 sent them, and the worker hands the stored text straight to the decoder (one parse).
+Apply on append hands the decoder the object the request already parsed (``Frame.doc``)
+instead, so a frame is not parsed twice: that object is what the stored text says, since
+the text is its ``json.dumps`` and a JSON value survives ``dumps``/``loads`` unchanged
+(NaN and infinities are refused here, before anything is stored). ``doc`` is None for a
+string payload, which the decoder parses from the text as the drain would.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class Frame:
     dedupe_key: str
     client_received_at_ms: int | None
     payload: str  # as stored
+    # The parsed JSON object ``payload`` is the text of (an object payload), or None (a
+    # string payload). Apply on append decodes from it; the inbox stores ``payload``.
+    doc: Any = None
 
 
 @dataclass(slots=True)
@@ -122,17 +130,31 @@ def payload_text(payload: Any) -> str:
     """How a payload is stored: a JSON object's text, or the string as sent."""
     if isinstance(payload, str):
         return payload
+    return _object_text(payload)[0]
+
+
+# json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False), built once.
+# No circular check: a payload parsed from JSON cannot be circular, and one that is anyway
+# ends in RecursionError, refused below like a payload nested too deeply.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False, check_circular=False)
+
+
+def _object_text(payload: Any) -> tuple[str, int]:
+    """A JSON object's stored text and its size in UTF-8 bytes."""
     try:
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(payload)
     except RecursionError:
         raise ValueError("payload is nested too deeply") from None
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"payload is not valid JSON ({exc})") from None
+    if text.isascii():
+        return text, len(text)
     try:
-        text.encode("utf-8")
+        return text, len(text.encode("utf-8"))
     except UnicodeEncodeError:  # lone surrogates: keep them as \\u escapes
-        text = json.dumps(payload, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return text
+        text = _ASCII_ENCODER.encode(payload)
+        return text, len(text)
 
 
 def parse_frame(
@@ -180,18 +202,25 @@ def parse_frame(
     if "payload" not in raw:
         raise bad("payload is required (an object or a string)")
     payload = raw["payload"]
-    if not isinstance(payload, (dict, str)):
+    if isinstance(payload, dict):
+        try:
+            text, size = _object_text(payload)
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        doc: dict | None = payload
+    elif isinstance(payload, str):
+        if "\x00" in payload:
+            raise bad("payload string contains NUL or invalid Unicode")
+        try:
+            size = len(payload.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise bad("payload string contains NUL or invalid Unicode") from None
+        text, doc = payload, None
+    else:
         raise bad("payload must be an object or a string")
-    if isinstance(payload, str) and not _clean_text(payload):
-        raise bad("payload string contains NUL or invalid Unicode")
-    try:
-        text = payload_text(payload)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise TooLarge(f"frame {index}: payload is {size} bytes; the limit is {max_bytes}", code="frame_too_large")
-    return Frame(codec, version, dedupe_key, client_ms, text)
+    return Frame(codec, version, dedupe_key, client_ms, text, doc)
 
 
 def _same_payload(stored: str, new: str) -> bool:
@@ -210,6 +239,7 @@ def append_frames(
     now_ms: int,
     new_id: Callable[[int], str] | None = None,
     insert: Callable[[Tx, str, Frame], bool] | None = None,
+    bridge_platform: Callable[[Tx, str], str | None] | None = None,
 ) -> list[AppendResult]:
     """Insert ``frames`` in ``tx``; a repeated non-empty dedupe key returns the stored id.
 
@@ -217,8 +247,10 @@ def append_frames(
     deterministic one of the same shape, so two replays of a corpus compare row for row.
     ``insert(tx, inbox_id, frame) -> inserted`` stores one frame (default: unprocessed);
     apply on append passes one that stores it applied (``ingest.worker.AppendApplier``).
+    ``bridge_platform(tx, bridge_id)`` says whether the bridge exists (default: read it;
+    ``Ingest`` passes the worker's, which remembers the bridges it has seen).
     """
-    if inbox_store.bridge_platform(tx, bridge_id) is None:
+    if (bridge_platform or inbox_store.bridge_platform)(tx, bridge_id) is None:
         raise NotFound(f"no bridge {bridge_id!r}", code="unknown_bridge")
     mint = new_id or new_inbox_id
     results: list[AppendResult] = []

@@ -14,7 +14,9 @@ reactions, receipts.
 * **Ids** are derived (:func:`derive_id`): sha256 of the entity, the bridge and the
   natural key, so replaying the same frames into a fresh store reproduces every id.
 * **Identities** are canonicalised by ``tidings.ingest.events.identity_key`` (the one
-  implementation). Merge rule of a new sighting (spec §3.3): ``raw`` is replaced,
+  implementation), once per sighting: a ref the decoder built with ``identity_ref`` for
+  this platform carries its proven ``kind``/``canonical``, any other is canonicalised
+  here. Merge rule of a new sighting (spec §3.3): ``raw`` is replaced,
   ``display_name`` only by a non-empty name, ``is_self`` only turns on. An unchanged
   identity is not written (the check uses the row read once per frame); a changed one goes
   through the guarded upsert. Anonymous reactors (``anon:<emoji>``) never get a row.
@@ -42,8 +44,9 @@ is retried never counts twice.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
+from hashlib import sha256
 from typing import Any, Callable
 
 from ..counters import Counters
@@ -109,7 +112,7 @@ class MessageChange:
     occurred_at_ms: int
 
 
-@dataclass
+@dataclass(slots=True)
 class ProjectionContext:
     bridge_id: str
     platform: str  # "signal" | "whatsapp" | "google"
@@ -124,18 +127,22 @@ class ProjectionContext:
 def derive_id(prefix: str, entity: str, bridge_id: str, *natural_key: str) -> str:
     """``prefix_`` + the first 32 hex digits of sha256 over the entity, the bridge and the
     natural key. Each part is length-prefixed, so distinct keys never share a preimage."""
-    text = "\x1f".join(f"{len(part)}:{part}" for part in (entity, bridge_id, *natural_key))
-    return f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+    text = "\x1f".join([f"{len(part)}:{part}" for part in (entity, bridge_id, *natural_key)])
+    return f"{prefix}_{sha256(text.encode()).hexdigest()[:32]}"
 
 
 def identity_id_for(bridge_id: str, kind: str, canonical: str) -> str:
     return derive_id("idn", "identity", bridge_id, kind, canonical)
 
 
+# Pure functions of their arguments, asked again and again for the same conversations
+# (and for the messages that mutations, reactions and receipts target): remembered.
+@lru_cache(maxsize=8192)
 def conversation_id_for(bridge_id: str, remote_conversation_id: str) -> str:
     return derive_id("conv", "conversation", bridge_id, remote_conversation_id)
 
 
+@lru_cache(maxsize=8192)
 def message_id_for(bridge_id: str, remote_conversation_id: str, remote_message_id: str) -> str:
     return derive_id("bmsg", "message", bridge_id, remote_conversation_id, remote_message_id)
 
@@ -159,27 +166,21 @@ def infer_conversation_kind(platform: str, remote_conversation_id: str) -> str:
 
 
 # -- the frame ---------------------------------------------------------------------------
+# Which pass takes an event, in the order the passes run (see the module docstring).
+_BUCKET = {ConversationEvent: 0, MessageEvent: 1, MessageMutationEvent: 2, ReactionEvent: 3, ReceiptEvent: 4}
+
+
 def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
     """Apply one frame's events in ``tx``; True when any row changed."""
     if ctx.platform not in PLATFORMS:
         raise ProjectionError(f"unknown platform {ctx.platform!r}; expected one of {sorted(PLATFORMS)}")
-    convs: list[ConversationEvent] = []
-    msgs: list[MessageEvent] = []
-    muts: list[MessageMutationEvent] = []
-    reacts: list[ReactionEvent] = []
-    receipts: list[ReceiptEvent] = []
-    by_type = {
-        ConversationEvent: convs,
-        MessageEvent: msgs,
-        MessageMutationEvent: muts,
-        ReactionEvent: reacts,
-        ReceiptEvent: receipts,
-    }
+    buckets: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    convs, msgs, muts, reacts, receipts = buckets
     for i, ev in enumerate(events):
-        bucket = by_type.get(type(ev))
-        if bucket is None:
+        index = _BUCKET.get(type(ev))
+        if index is None:
             raise ProjectionError(f"event {i} is a {type(ev).__name__}, not one of the five event kinds")
-        bucket.append(ev)
+        buckets[index].append(ev)
 
     frame = _Frame(tx, ctx)
     for ev in convs:
@@ -250,6 +251,9 @@ class _Frame:
 
     # -- identities --------------------------------------------------------------------
     def key_of(self, ref: IdentityRef, what: str) -> tuple[str, str]:
+        if ref.platform == self.platform:
+            # Proven by events.identity_ref: kind/canonical are identity_key(platform, raw).
+            return ref.kind, ref.canonical
         try:
             return identity_key(self.platform, ref.raw)
         except InvalidEvent as exc:

@@ -139,19 +139,42 @@ class _FallbackContext:
     on_message: Callable | None = None
 
 
+_COUNTER_NAMES = frozenset(INGEST_COUNTERS)
+
+
 class StagedCounters(Counters):
-    """A frame's counts, held until its transaction commits, then added to the bridge's."""
+    """A frame's counts, held until its transaction commits, then added to the bridge's.
+
+    Used by the one thread that runs the frame's transaction (and its ``after_commit``
+    callbacks), so it holds only the names counted so far and takes no lock; an unknown
+    name still fails loudly, as with any ``Counters``."""
 
     __slots__ = ("target",)
 
     def __init__(self, target: Counters) -> None:
-        super().__init__(INGEST_COUNTERS)
+        self._values = {}
         self.target = target
 
+    def incr(self, name: str, by: int = 1) -> None:
+        if name not in _COUNTER_NAMES:
+            raise KeyError(f"unknown counter {name!r}")
+        values = self._values
+        values[name] = values.get(name, 0) + by
+
+    def get(self, name: str) -> int:
+        if name not in _COUNTER_NAMES:
+            raise KeyError(name)
+        return self._values.get(name, 0)
+
+    def snapshot(self) -> dict[str, int]:
+        values = self._values
+        return {name: values.get(name, 0) for name in INGEST_COUNTERS}
+
     def commit(self) -> None:
-        for name, value in self.snapshot().items():
+        target = self.target
+        for name, value in self._values.items():
             if value:
-                self.target.incr(name, value)
+                target.incr(name, value)
 
 
 @dataclass(slots=True)
@@ -252,7 +275,8 @@ class Worker:
         self._ctx_type: Any = None
         self._resolved = False
         self._unavailable_logged = False
-        self._platforms: dict[str, str] = {}
+        self._platforms: dict[str, str] = {}  # bridge id -> platform (bridges never change or go)
+        self._decode_objects = False  # the decoder takes a parsed payload object (decode_frame)
         self._conn: Dedicated | None = None
         self._cur = _Attempt()  # the drain thread's current frame (counters, logs)
         self._listed_retries: list[str] = []
@@ -363,6 +387,9 @@ class Worker:
             self._codec_platforms = {codec: dec.platform for codec, dec in DECODERS.items()}
         if self._decode is None:
             self._decode = decode_frame
+        # decode_frame takes the payload's text or the object it is the text of; a test
+        # seam gets the stored text, as it always has.
+        self._decode_objects = self._decode is decode_frame
         if self._validate is None:
             # decode_frame validates every event it returns; anything else is checked here.
             self._validate = self._decode is not decode_frame
@@ -512,27 +539,40 @@ class Worker:
         self._deferred(inbox_id, last)
         return DEFERRED
 
+    def bridge_platform(self, tx: Tx, bridge_id: str) -> str | None:
+        """The bridge's platform, or None for an unknown bridge (not remembered).
+
+        Remembered per process once read: a bridge is never deleted and its platform
+        never changes (no statement of the store updates or deletes ``bridges``)."""
+        platform = self._platforms.get(bridge_id)
+        if platform is None:
+            platform = inbox_store.bridge_platform(tx, bridge_id)
+            if platform is not None:
+                self._platforms[bridge_id] = platform
+        return platform
+
     def _apply(
-        self, tx: Tx, inbox_id: str, att: _Attempt, row: tuple | None = None, mark: bool = True
+        self, tx: Tx, inbox_id: str, att: _Attempt, row: tuple | None = None, mark: bool = True,
+        doc: Any = None,
     ) -> tuple[str, StagedCounters | None]:
         """Load, decode and project one frame inside ``tx``; mark it applied.
 
         THE one implementation of "apply one frame", for the drain and for apply on append
-        (which passes the ``row`` it is inserting instead of loading it, and ``mark=False``
-        because that row is inserted already marked). Raises ``FrameRejected`` (or any
-        deterministic error) to quarantine, a transient database error to retry, ``_Gone``
-        when someone else finished the frame first.
+        (which passes the ``row`` it is inserting instead of loading it, ``mark=False``
+        because that row is inserted already marked, and ``doc``, the parsed object the
+        row's payload text was made from, so the decoder does not parse it again). Raises
+        ``FrameRejected`` (or any deterministic error) to quarantine, a transient database
+        error to retry, ``_Gone`` when someone else finished the frame first.
         """
         if row is None:
             row = inbox_store.load_unprocessed(tx, inbox_id)
             if row is None:
                 return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
+        if doc is not None and self._decode_objects:
+            payload = doc
         att.bridge_id, att.codec = bridge_id, codec
-        platform = self._platforms.get(bridge_id)
-        if platform is None:
-            platform = inbox_store.bridge_platform(tx, bridge_id)
-            self._platforms[bridge_id] = platform
+        platform = self.bridge_platform(tx, bridge_id)
         expected = self._codec_platforms.get(codec)  # type: ignore[union-attr]
         if expected is not None and expected != platform:
             raise FrameRejected(
@@ -668,7 +708,9 @@ class Worker:
                 try:
                     if not self._insert(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
                         return DUPLICATE
-                    _outcome, staged = self._apply(tx, inbox_id, att, row, mark=False)
+                    _outcome, staged = self._apply(
+                        tx, inbox_id, att, row, mark=False, doc=getattr(frame, "doc", None)
+                    )
                 except Exception as exc:
                     raise _AttemptFailed(exc) from exc
         except _AttemptFailed as failed:

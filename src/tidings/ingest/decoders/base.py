@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any, ClassVar
 
-from tidings.ingest.events import Event, IdentityRef, InvalidEvent, identity_key, validate_event
+from tidings.ingest.events import Event, IdentityRef, InvalidEvent, identity_ref, validate_event
 
 __all__ = ["DecodeError", "Decoder", "UnknownCodec", "UnsupportedVersion"]
 
@@ -78,14 +78,14 @@ class Decoder:
         raise NotImplementedError
 
     def identity(self, raw: str, *, name: str = "", is_self: bool = False) -> IdentityRef:
-        """An :class:`IdentityRef` with ``kind``/``canonical`` filled in for this platform."""
+        """An :class:`IdentityRef` with ``kind``/``canonical`` filled in for this platform,
+        built by ``events.identity_ref`` (the one canonicalisation of this sighting: the
+        ref carries its proof, so validation and the projection do not redo it)."""
         raw = raw.strip()
         try:
-            kind, canonical = identity_key(self.platform, raw)
+            return identity_ref(self.platform, raw, name.strip(), is_self)
         except InvalidEvent as exc:
             raise DecodeError(f"{self.codec}: bad identity {raw!r}: {exc}") from exc
-        return IdentityRef(raw=raw, name=name.strip(), is_self=is_self, kind=kind,
-                           canonical=canonical)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} codec={self.codec!r} platform={self.platform!r}>"

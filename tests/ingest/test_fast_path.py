@@ -1,0 +1,329 @@
+"""The ingest fast path (docs/decisions.md, "Ingest fast path"), pinned:
+
+* apply on append decodes the object the request already parsed (``Frame.doc``): the
+  events (or the decode error) are exactly those of the stored text the drain decodes;
+* decoders canonicalise each identity once (``events.identity_ref``): the ref carries the
+  proof, ``validate_event`` and the projection use it, and the proof cannot be forged by
+  the constructor nor survive ``dataclasses.replace``;
+* SQLite appends run on connections the engine keeps (no pool checkout per request),
+  one thread at a time each, a few kept idle, closed at stop;
+* a bridge's platform is read once per process, and an unknown bridge is never
+  remembered;
+* the statements of one applied-on-append frame, pinned (downwards only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidings.errors import BadRequest, NotFound
+from tidings.ingest import events as events_mod
+from tidings.ingest.bridges import create_bridge
+from tidings.ingest.decoders import DECODERS, DecodeError, decode_frame
+from tidings.ingest.engine import Ingest
+from tidings.ingest.events import (
+    IdentityRef,
+    InvalidEvent,
+    MessageEvent,
+    identity_key,
+    identity_ref,
+    validate_event,
+)
+from tidings.ingest.inbox import parse_frame
+from tidings.ingest.projection import ProjectionContext, _Frame
+from tidings.ingest.worker import StagedCounters
+from tidings.counters import Counters
+from tidings.ingest.counters import INGEST_COUNTERS
+from tidings.store import inbox as inbox_store
+from tidings.store.engine import Tx
+
+from test_decoders import FUZZ, JSON, SEEDS, _mutate, all_fixture_names, codec_of, load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _outcome(codec: str, payload: Any) -> tuple[str, Any]:
+    try:
+        return "events", decode_frame(codec, 1, payload)
+    except DecodeError as exc:
+        return "error", exc.cause
+
+
+def _same_as_the_stored_text(codec: str, raw_payload: Any) -> None:
+    """If the frame is accepted, decoding its parsed object == decoding its stored text."""
+    try:
+        frame = parse_frame({"codec": codec, "codec_version": 1, "dedupe_key": "", "payload": raw_payload}, 0)
+    except BadRequest:
+        return  # refused at append: never stored, never decoded
+    if isinstance(raw_payload, str):
+        assert frame.doc is None
+        return
+    assert frame.doc is raw_payload
+    assert _outcome(codec, frame.doc) == _outcome(codec, frame.payload)
+
+
+# -- decoding the parsed object ------------------------------------------------------------------
+@pytest.mark.parametrize("name", all_fixture_names())
+def test_fixtures_decode_the_same_from_the_parsed_object_and_from_the_stored_text(name: str) -> None:
+    _same_as_the_stored_text(codec_of(name), load(name))
+
+
+def test_a_synthetic_corpus_decodes_the_same_from_the_parsed_object_and_from_the_stored_text() -> None:
+    from tidings.replay.synth import synthesize
+
+    checked = 0
+    for line in synthesize(1500, 11).lines:
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(raw, dict) and raw.get("codec") in DECODERS and isinstance(raw.get("payload"), dict):
+            _same_as_the_stored_text(raw["codec"], raw["payload"])
+            checked += 1
+    assert checked > 1000
+
+
+@pytest.mark.parametrize("codec", sorted(DECODERS))
+@settings(FUZZ, max_examples=200)
+@given(data=st.data())
+def test_fuzzed_payloads_decode_the_same_from_the_parsed_object_and_from_the_stored_text(codec, data) -> None:
+    payload = _mutate(data.draw(st.sampled_from(SEEDS[codec]), label="fixture"), data)
+    _same_as_the_stored_text(codec, payload)
+    _same_as_the_stored_text(codec, {"kind": "message", "x": data.draw(JSON, label="value")})
+
+
+def test_object_and_string_payloads_and_values_that_are_not_json() -> None:
+    base = {"codec": "x", "codec_version": 1, "dedupe_key": ""}
+    text = parse_frame({**base, "payload": '{"a": 1}'}, 0)
+    assert (text.payload, text.doc) == ('{"a": 1}', None)
+    obj = {"a": "é", "b": [1, 2.5, None]}
+    frame = parse_frame({**base, "payload": obj}, 0)
+    assert frame.payload == '{"a":"é","b":[1,2.5,null]}' and frame.doc is obj
+    surrogate = parse_frame({**base, "payload": {"a": "\ud800"}}, 0)
+    assert surrogate.payload == '{"a":"\\ud800"}' and json.loads(surrogate.payload) == surrogate.doc
+    for bad in ({"a": float("nan")}, {"a": float("inf")}, {"a": {1, 2}}):
+        with pytest.raises(BadRequest, match="payload is not valid JSON"):
+            parse_frame({**base, "payload": bad}, 3)
+
+
+# -- identities: one canonicalisation, carried as a proof ----------------------------------------
+def test_identity_ref_carries_the_proof_and_nothing_else_can() -> None:
+    ref = identity_ref("signal", " +1 (415) 555-0111 ", "Alice", False)
+    assert (ref.kind, ref.canonical, ref.platform) == ("e164", "+14155550111", "signal")
+    assert ref == IdentityRef(" +1 (415) 555-0111 ", "Alice", False, "e164", "+14155550111")  # not compared
+    assert "platform" not in repr(ref)
+    with pytest.raises(TypeError):
+        IdentityRef("+1", platform="signal")  # type: ignore[call-arg]
+    assert dataclasses.replace(ref, name="Bob").platform == ""  # a changed ref is not proven
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ref.raw = "+2"  # type: ignore[misc]
+    with pytest.raises(InvalidEvent):
+        identity_ref("signal", "+")
+    with pytest.raises(ValueError, match="unknown platform"):
+        identity_ref("telegram", "+1555")
+
+
+def test_validation_canonicalises_unproven_identities_only(monkeypatch) -> None:
+    calls = []
+    real = events_mod._canonicalise
+    monkeypatch.setattr(events_mod, "_canonicalise", lambda p, raw: calls.append(raw) or real(p, raw))
+    proven = identity_ref("whatsapp", "123@LID")
+    calls.clear()
+    ev = MessageEvent("whatsapp:123@lid", "m1", proven, "incoming", "hi", 1_000)
+    validate_event(ev)
+    assert calls == []
+    validate_event(dataclasses.replace(ev, sender=IdentityRef("123@LID", kind="jid", canonical="123@lid")))
+    assert calls == ["123@LID"]
+    with pytest.raises(InvalidEvent, match="cannot be canonicalised"):
+        validate_event(dataclasses.replace(ev, sender=IdentityRef("+")))
+
+
+@pytest.mark.parametrize("name", all_fixture_names())
+def test_decoders_canonicalise_each_identity_once_and_every_ref_is_proven(name: str, monkeypatch) -> None:
+    codec = codec_of(name)
+    platform = DECODERS[codec].platform
+    doc = load(name)
+    calls = []
+    real = events_mod._canonicalise
+    monkeypatch.setattr(events_mod, "_canonicalise", lambda p, raw: calls.append(raw) or real(p, raw))
+    built = DECODERS[codec]._decode(doc)  # the decoder's own work: one canonicalisation per sighting
+    sightings = len(calls)
+    calls.clear()
+    decoded = DECODERS[codec].decode(doc)  # the same, then validate_event on every event
+    assert decoded == built and len(calls) == sightings  # validation canonicalised nothing again
+    refs = list(_refs(decoded))
+    assert all(r.platform == platform for r in refs)
+    for r in refs:
+        assert identity_key(platform, r.raw) == (r.kind, r.canonical)
+    calls.clear()
+    frame = _Frame(None, ProjectionContext("br_x", platform, "in_x", 1, 1, Counters(INGEST_COUNTERS)))  # type: ignore[arg-type]
+    for r in refs:
+        assert frame.key_of(r, "x") == (r.kind, r.canonical)
+    assert calls == []  # the projection used the proofs
+
+
+def test_the_projection_canonicalises_a_ref_proven_for_another_platform() -> None:
+    ref = identity_ref("google", "5E0C1A7E-3F7B-4B8E-9C61-2A4D8F1B0A11")
+    assert ref.kind == "username"
+    frame = _Frame(None, ProjectionContext("br_x", "signal", "in_x", 1, 1, Counters(INGEST_COUNTERS)))  # type: ignore[arg-type]
+    assert frame.key_of(ref, "x") == ("signal_aci", "5e0c1a7e-3f7b-4b8e-9c61-2a4d8f1b0a11")
+
+
+def _refs(evs):
+    for ev in evs:
+        for name in ("sender", "actor"):
+            value = getattr(ev, name, None)
+            if isinstance(value, IdentityRef):
+                yield value
+        for part in getattr(ev, "participants", ()):
+            yield part.identity
+
+
+# -- staged counters ----------------------------------------------------------------------------------
+def test_staged_counters_hold_counts_until_commit_and_refuse_unknown_names() -> None:
+    target = Counters(INGEST_COUNTERS)
+    staged = StagedCounters(target)
+    staged.incr("messages_written")
+    staged.incr("messages_written", 2)
+    assert staged.get("messages_written") == 3 and staged.snapshot()["identities_written"] == 0
+    assert set(staged.snapshot()) == set(INGEST_COUNTERS)
+    with pytest.raises(KeyError):
+        staged.incr("no_such_counter")
+    assert target.get("messages_written") == 0
+    staged.commit()
+    assert target.get("messages_written") == 3
+
+
+# -- append connections and the bridge read -----------------------------------------------------------
+def signal_body(n: int, key: str | None = None) -> dict:
+    payload = json.loads((FIXTURES / "signal_text_direct.json").read_text())
+    env = payload["params"]["envelope"]
+    env["timestamp"] += n
+    env["dataMessage"]["timestamp"] += n
+    env["dataMessage"]["message"] = f"message {n}"
+    return {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": key if key is not None else f"k{n}",
+            "payload": payload}
+
+
+@pytest.fixture
+def ingest(store, faults):
+    ing = Ingest(store=store, faults=faults)
+    yield ing
+    ing.stop()
+
+
+def outcomes(store) -> dict[str, int]:
+    with store.read() as tx:
+        rows = tx.raw("SELECT coalesce(outcome, 'unprocessed'), count(*) FROM inbox GROUP BY 1").fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again(store, ingest, monkeypatch):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
+    names: list[str] = []
+    real = Tx.execute
+
+    def counting(tx, stmt, params=None):
+        names.append(stmt.name or str(stmt.clause))
+        return real(tx, stmt, params)
+
+    monkeypatch.setattr(Tx, "execute", counting)
+    ingest.append_body(bridge, signal_body(1), "signal")
+    # held-up read, inbox insert, then the projection: recency bump, sender read, message insert,
+    # roster ensure; PostgreSQL adds the bridge's append lock.
+    assert [n for n in names if n != "inbox.lock_bridge_appends"] == [
+        "inbox.older_unprocessed", "inbox.insert_frame", "conversations.mint_or_bump", "identities.by_key",
+        "bridge_messages.insert", "participants.ensure",
+    ]
+    assert len(names) == (7 if store.dialect == "postgresql" else 6)
+    assert outcomes(store) == {"applied": 2}
+
+
+def test_an_unknown_bridge_is_404_every_time_and_never_remembered(store, ingest):
+    with pytest.raises(NotFound):
+        ingest.append_body("br_nope", signal_body(0), "signal")
+    assert "br_nope" not in ingest.worker._platforms
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")
+    assert ingest.worker._platforms == {bridge: "signal"}
+    with pytest.raises(NotFound):
+        ingest.append_body("br_nope", signal_body(1), "signal")
+    with pytest.raises(NotFound):  # the same without apply on append
+        Ingest(store=store, apply_on_append=False).append_body("br_nope", signal_body(1), "signal")
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_appends_take_no_pool_checkout_per_request(store, ingest, monkeypatch):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")
+    checkouts = []
+    real = store.engine.raw_connection
+    monkeypatch.setattr(store.engine, "raw_connection", lambda: checkouts.append(1) or real())
+    for n in range(1, 20):
+        ingest.append_body(bridge, signal_body(n), "signal")
+    assert checkouts == []
+    assert outcomes(store) == {"applied": 20}
+    ingest.stop()
+    assert ingest._connections._idle == []
+
+
+def test_postgres_appends_keep_the_pool(store, ingest):
+    assert (ingest._connections is None) == (store.dialect == "postgresql")
+
+
+def test_concurrent_appends_each_get_a_connection_of_their_own_and_apply_in_order(store, ingest):
+    bridges = [create_bridge(store, platform="signal", name=f"p{i}")["id"] for i in range(2)]
+    errors: list[BaseException] = []
+    per_thread = 25
+
+    def run(t: int) -> None:
+        try:
+            for n in range(per_thread):
+                ingest.append_body(bridges[t % 2], signal_body(t * 1000 + n), "signal")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert errors == []
+    assert outcomes(store) == {"applied": 4 * per_thread}
+    with store.read() as tx:
+        assert tx.raw("SELECT count(*) FROM bridge_messages").fetchone()[0] == 4 * per_thread
+    if ingest._connections is not None:
+        assert len(ingest._connections._idle) <= ingest._connections.keep
+
+
+@pytest.mark.sqlite_only
+def test_a_failed_append_transaction_leaves_its_connection_usable(store, ingest):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")
+
+    def poison(tx, ctx, evs):  # the COMMIT fails on a deferred foreign key
+        tx.raw("PRAGMA defer_foreign_keys = ON")
+        tx.raw("INSERT INTO read_cursors (conversation_id, bridge_id, last_read_message_id, "
+               "last_read_message_at_ms, last_read_at_ms, updated_at_ms) VALUES ('nope', ?, 'nope', 1, 1, 1)",
+               (ctx.bridge_id,))
+        return True
+
+    from tidings.ingest import projection
+
+    ingest.worker._project = poison
+    with pytest.raises(Exception):
+        ingest.append_body(bridge, signal_body(1), "signal")
+    ingest.worker._project = projection.project_frame
+    ingest.append_body(bridge, signal_body(2), "signal")
+    assert outcomes(store) == {"applied": 2}
+    with store.read() as tx:
+        assert inbox_store.backlog(tx) == 0
