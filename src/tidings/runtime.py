@@ -58,16 +58,16 @@ class Runtime:
 
     def stop(self) -> None:
         """Stop the engines, close the bus and the store (idempotent)."""
-        if not self.started:
-            self.store.dispose()
-            return
-        self.started = False
-        for engine in (self.ingest, self.delivery):
-            if engine is not None:
-                engine.stop()
+        if self.started:
+            self.started = False
+            for engine in (self.ingest, self.delivery):
+                if engine is not None:
+                    engine.stop()
+            log.info("runtime stopped")
+        elif self.ingest is not None:
+            self.ingest.stop()  # never started, but it may hold append connections
         self.bus.close()
         self.store.dispose()
-        log.info("runtime stopped")
 
     def __enter__(self) -> "Runtime":
         self.start()
