@@ -2,7 +2,8 @@
 finds replays exactly): posts with mentions, connects, disconnects, settles, acks (or
 drops) what a session received, crashes (a fresh bus and consumer over the same store),
 overruns, dropped publishes, failed routing passes and commits, and clock ticks,
-interleaved with the consumer's pumps.
+interleaved with the consumer's pumps. ``TIDINGS_STATEFUL_EXAMPLES`` raises the example
+count for a longer local run (default 20, which keeps the suite fast).
 
 After quiescence (faults disarmed, a clock tick so every recovery point has run, the
 consumer pumped dry):
@@ -17,6 +18,7 @@ consumer pumped dry):
 from __future__ import annotations
 
 import itertools
+import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -37,7 +39,8 @@ AUTHORS = st.sampled_from(("hu", "hu", "a0", "a1", "a2", "a3"))
 CHANNELS = st.sampled_from(("C", "D", "H"))
 ONE_POST = st.tuples(AUTHORS, CHANNELS, st.lists(st.sampled_from(PINGS), max_size=2))
 POSTS = st.lists(ONE_POST, max_size=2)
-FAULTS = ("bus.overrun", "bus.drop_publish", consumer_mod.ROUTE_FAULT, consumer_mod.FLUSH_FAULT)
+FAULTS = ("bus.overrun", "bus.drop_publish", consumer_mod.ROUTE_FAULT, consumer_mod.FLUSH_FAULT,
+          consumer_mod.BATCH_READ_FAULT)
 
 
 class DeliveryMachine(RuleBasedStateMachine):
@@ -243,7 +246,7 @@ def test_delivery_never_drops_what_it_owes(backend_url, tmp_path):
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=20,
+            max_examples=int(os.environ.get("TIDINGS_STATEFUL_EXAMPLES", "20")),
             stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -25,6 +25,21 @@ requested only after that commit (durable first, then wake). A message is marked
 its pass ran AND that commit succeeded; otherwise it stays NULL and the next recovery scan
 (at start, after an overrun, every ``scan_interval_ms``) routes it again.
 
+Cost per batch (the bus events one ``pump`` drains, up to ``event_batch``): the rows of
+every message that fans out and the agents of their channels are read together (two
+statements, whatever the batch size), each event is then handled in order from that read,
+and the flush is one statement. On PostgreSQL the consumer's own connection reads and
+flushes in autocommit (no BEGIN/COMMIT/ROLLBACK round trips) and its session commits
+without waiting for the WAL flush, which only the flush relies on (D16): every other write
+on it (session rows, stale sessions, owed rows of deleted messages) puts the server's
+default back for its transaction (``_strict_write``). A reader's wake-up is one
+``call_soon_threadsafe`` per event loop per message (``sessions.coalesced_wakes``).
+The consumer thread may hold a flush back for ``flush_delay_ms`` (wall time) so that
+events arriving close together share one commit; the routing decided so far is always
+flushed before an edge and before a scan, and ``wait_idle`` waits for the flush (the
+published progress covers only flushed events). Steers and delivers are queued when each
+event is handled, never held back.
+
 Fixed reference flaws (spec §4.6, README differences), each with its test:
 
 * O1 -- a mention of an agent outside its sweep set is recorded as owed whether the agent
@@ -59,11 +74,13 @@ reads them from the store in order) instead of overtaking it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import structlog
 
@@ -75,7 +92,6 @@ from ..hub.channels import public_message
 from ..hub.events import MessagePosted
 from ..store import cursors as cursors_store
 from ..store import delivery as delivery_store
-from ..store import messages as messages_store
 from ..store.delivery import ChannelAgent
 from ..store.engine import Dedicated, Store
 from .mentions import mention_handles, resolve_mentioned
@@ -88,16 +104,23 @@ from .sessions import (
     PHASE_OWED,
     Dispatch,
     Session,
+    coalesced_wakes,
 )
 from .wakers import WakeDispatcher
 
 log = structlog.get_logger("tidings.delivery")
 
 #: Fault points (tests and demos): one routing pass fails; one scan batch read fails;
-#: one flush (owed rows + marks) fails.
+#: one flush (owed rows + marks) fails; one batched read of the live path fails (each
+#: message is then read alone).
 ROUTE_FAULT = "delivery.route_error"
 SCAN_READ_FAULT = "delivery.scan_read_error"
 FLUSH_FAULT = "delivery.flush_error"
+BATCH_READ_FAULT = "delivery.batch_read_error"
+
+#: ``_next_event`` found the subscription overrun: the caller handles what it collected,
+#: then the overrun.
+_OVERRUN = object()
 
 SETTLE_STATES = frozenset({"ready", "stopped"})
 
@@ -109,6 +132,10 @@ class ConsumerOptions:
     scan_batch: int = 1000
     sweep_page: int = 256
     event_batch: int = 256
+    # The consumer thread (not a synchronous ``pump()``) may hold a flush back this long
+    # (wall time) for more events to share its commit; an edge, a scan, a full unit or
+    # the end of the wait flushes at once, and ``wait_idle`` waits for the flush.
+    flush_delay_ms: float = 5.0
     # Negative controls: each restores one reference flaw so a test can show it bites.
     owe_live_gap: bool = True
     settle_on_end: bool = True
@@ -153,6 +180,16 @@ class _Unit:
         return not (self.marks or self.owed or self.wakes)
 
 
+@dataclass(slots=True)
+class _Reads:
+    """One batched read: the rows of ``asked`` (absent = no such row) and the agent members
+    of every channel those rows are in."""
+
+    asked: frozenset[str]
+    rows: dict[str, dict[str, Any]]
+    members: dict[str, list[ChannelAgent]]
+
+
 class Consumer:
     """The single-threaded core of delivery; see the module docstring."""
 
@@ -183,6 +220,8 @@ class Consumer:
         self._db: Dedicated | None = None
         self._unit = _Unit()
         self._handled_seq = 0
+        self._durable_seq = 0  # every event up to it handled AND its effects flushed
+        self._pending_since: float | None = None  # monotonic time the unit got its first item
         self._edges_finished = 0
         self._next_scan_at: int | None = None
         self._resweep_live = False
@@ -238,10 +277,10 @@ class Consumer:
         queue the replay (handled by ``pump`` before any live event)."""
         if self.opened:
             return
-        self._db = self.store.dedicated()
+        self._db = self.store.dedicated(pg_settings=delivery_store.CONSUMER_PG_SETTINGS)
         self._sub = self.bus.subscribe(0)
         try:
-            with self._db.write() as tx:
+            with self._strict_write() as tx:
                 delivery_store.end_stale_sessions(tx, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
             log.warning("could not close stale session rows", error=repr(exc))
@@ -272,9 +311,15 @@ class Consumer:
     # ======================================================================================
     # The pump: everything pending, now, in order
     # ======================================================================================
-    def pump(self) -> int:
+    def pump(self, *, defer_flush: bool = False) -> int:
         """Process every pending event and edge (and a due periodic scan); return how much
-        work was done. Never blocks waiting for more."""
+        work was done. Never blocks waiting for more.
+
+        The routing decided for the events is flushed before every edge and every scan
+        (a start's owed sweep and the scan read what the passes before them decided) and
+        at the end; with ``defer_flush`` (the consumer thread) the end flush waits until
+        ``_flush_due``, so events arriving close together share one commit.
+        """
         if not self.opened:
             self.open()
         total = 0
@@ -285,6 +330,7 @@ class Consumer:
             progressed += handled
             if edge is not None and exhausted:
                 self._pop_edge()
+                self._flush()
                 self._process_edge(edge)
                 self._flush()
                 self._edges_finished += 1
@@ -292,31 +338,68 @@ class Consumer:
             if self._scan_due():
                 self._periodic()
                 progressed += 1
+            if not defer_flush or self._flush_due():
+                self._flush()
             self._publish_progress()
             total += progressed
             if not progressed:
                 return total
 
+    def _flush_due(self) -> bool:
+        unit = self._unit
+        if unit.empty():
+            return False
+        if len(unit.marks) + len(unit.owed) >= self.options.event_batch:
+            return True
+        since = self._pending_since
+        return since is None or (time.monotonic() - since) * 1000.0 >= self.options.flush_delay_ms
+
+    def _flush_wait_s(self) -> float | None:
+        """Seconds until a held-back flush is due (None: nothing held back)."""
+        if self._unit.empty() or self._pending_since is None:
+            return None
+        due = self._pending_since + self.options.flush_delay_ms / 1000.0
+        return max(0.0, due - time.monotonic())
+
     def _drain_events(self, upto: int | None) -> tuple[int, bool]:
-        """Handle up to one batch of bus events with seq <= ``upto``; (work, exhausted)."""
+        """Handle up to one batch of bus events with seq <= ``upto``; (work, exhausted).
+
+        The events are taken first and then handled together (``_handle_batch``: one read
+        for all their rows). An overrun found while taking them ends the batch: what was
+        taken is handled first, then the overrun, then the batch goes on from the fresh
+        subscription, the same order as handling the events one by one.
+        """
         handled = 0
         exhausted = False
         self._extra_work = 0
-        while handled < self.options.event_batch:
-            event = self._next_event()
-            if event is None:
-                exhausted = True
+        while True:
+            batch: list[Stamped] = []
+            overrun = False
+            while handled + len(batch) < self.options.event_batch:
+                event = self._next_event()
+                if event is _OVERRUN:
+                    overrun = True
+                    break
+                if event is None:
+                    exhausted = True
+                    break
+                assert isinstance(event, Stamped)
+                if upto is not None and event.seq > upto:
+                    self._events.appendleft(event)
+                    exhausted = True
+                    break
+                batch.append(event)
+            self._handle_batch(batch)
+            handled += len(batch)
+            if not overrun:
                 break
-            if upto is not None and event.seq > upto:
-                self._events.appendleft(event)
-                exhausted = True
-                break
-            self._handle(event)
-            handled += 1
-        self._flush()
+            self._handle_overrun()
+            self._extra_work += 1
+        if self._pending_since is None and not self._unit.empty():
+            self._pending_since = time.monotonic()
         return handled + self._extra_work, exhausted
 
-    def _next_event(self) -> Stamped | None:
+    def _next_event(self) -> object:
         if self._events:
             return self._events.popleft()
         sub = self._sub
@@ -332,43 +415,57 @@ class Consumer:
             if not sub.lagged:
                 self._bus_closed = True
                 return None
-            self._handle_overrun()
-            self._extra_work += 1
-            return self._next_event()  # events published since the re-subscribe
+            return _OVERRUN  # the caller handles it, then takes the events published since
         return None
 
     def handle(self, event: Stamped) -> None:
         """Handle one bus event (public for tests; ``pump`` is the normal entry)."""
-        self._handle(event)
+        self._handle_batch([event])
         self._flush()
         self._publish_progress()
 
-    def _handle(self, event: Stamped) -> None:
-        payload = event.payload
-        if isinstance(payload, MessagePosted):
-            try:
-                self._on_posted(payload)
-            except Exception as exc:  # noqa: BLE001 - never crash the consumer
-                self.counters.incr("route_failures")
-                self._resweep_live = True
-                log.error(
-                    "posted message not processed; the recovery scan will route it",
-                    message_id=payload.message_id,
-                    error=repr(exc),
-                )
-                self._recover_db()
-        if event.seq > self._handled_seq:
-            self._handled_seq = event.seq
+    def _handle_batch(self, events: list[Stamped]) -> None:
+        """Handle bus events in order, as if one by one, with ONE read for all of them.
+
+        The author split is decided from ``live``, which changes only at edges and edges
+        never run inside a batch, so which messages will fan out (rather than be held) is
+        known up front: their rows and the agents of their channels are read together
+        (``_read_batch``), then each event is handled in order from that read. A message
+        whose read is missing from it (the batched read failed) is read alone, as before.
+        """
+        wanted = [
+            e.payload.message_id
+            for e in events
+            if isinstance(e.payload, MessagePosted) and e.payload.author_id not in self.live
+        ]
+        reads = self._read_batch(wanted)
+        for event in events:
+            payload = event.payload
+            if isinstance(payload, MessagePosted):
+                try:
+                    with coalesced_wakes():
+                        self._on_posted(payload, reads)
+                except Exception as exc:  # noqa: BLE001 - never crash the consumer
+                    self.counters.incr("route_failures")
+                    self._resweep_live = True
+                    log.error(
+                        "posted message not processed; the recovery scan will route it",
+                        message_id=payload.message_id,
+                        error=repr(exc),
+                    )
+                    self._recover_db()
+            if event.seq > self._handled_seq:
+                self._handled_seq = event.seq
 
     # ======================================================================================
     # Posted messages: the author split, hold, fan-out, the mention pass
     # ======================================================================================
-    def _on_posted(self, event: MessagePosted) -> None:
+    def _on_posted(self, event: MessagePosted, reads: _Reads | None = None) -> None:
         author_session = self.live.get(event.author_id)
         if author_session is not None:
             self._hold(author_session, event.message_id)
             return
-        row, members = self._read_message(event.message_id)
+        row, members = self._read_message(event.message_id, reads)
         if row is not None:
             self._fan_out(row, members)
 
@@ -378,14 +475,46 @@ class Consumer:
         self.counters.incr("held")
         log.debug("message held until its author settles", message_id=message_id, session_id=session.session_id)
 
-    def _read_message(self, message_id: str) -> tuple[dict[str, Any] | None, list[ChannelAgent]]:
-        """The current row and its channel's agents, in one snapshot."""
+    def _read_batch(self, message_ids: list[str]) -> _Reads | None:
+        """The current rows of these messages and the agents of their channels: two
+        statements, in autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips; each
+        statement sees what it would inside a READ COMMITTED transaction) and in one
+        snapshot on SQLite. None when there is nothing to read or the read failed: the
+        caller then reads each message alone."""
+        if not message_ids:
+            return None
         assert self._db is not None
-        with self._db.read() as tx:
-            row = messages_store.message(tx, message_id)
+        try:
+            if self.faults.fire(BATCH_READ_FAULT):
+                raise RuntimeError("fault: delivery.batch_read_error")
+            with self._db.autocommit_read() as tx:
+                rows, members = delivery_store.messages_with_agents(tx, message_ids)
+        except Exception as exc:  # noqa: BLE001 - each message is read alone instead
+            log.warning("batched read failed; reading each message alone", messages=len(message_ids),
+                        error=repr(exc))
+            self._recover_db()
+            return None
+        return _Reads(frozenset(message_ids), rows, members)
+
+    def _read_message(
+        self, message_id: str, reads: _Reads | None = None
+    ) -> tuple[dict[str, Any] | None, list[ChannelAgent]]:
+        """The current row and its channel's agents: from ``reads`` when it covers the
+        message, else read now."""
+        assert self._db is not None
+        if reads is not None and message_id in reads.asked:
+            row = reads.rows.get(message_id)
             if row is None:
                 return None, []
-            return row, delivery_store.channel_agents(tx, row["channel_id"])
+            members = reads.members.get(row["channel_id"])
+            if members is not None:
+                return row, members
+        with self._db.autocommit_read() as tx:
+            rows, members = delivery_store.messages_with_agents(tx, [message_id])
+        row = rows.get(message_id)
+        if row is None:
+            return None, []
+        return row, members.get(row["channel_id"], [])
 
     def _fan_out(self, row: dict[str, Any], members: list[ChannelAgent]) -> None:
         """Route mentions, then deliver to the sweep set minus author and mentioned."""
@@ -529,10 +658,16 @@ class Consumer:
             log.error("session edge failed", kind=edge.kind, session_id=session.session_id, error=repr(exc))
             self._recover_db()
 
+    def _strict_write(self) -> Any:
+        """A write transaction on the consumer's connection that commits with the server's
+        default durability (the connection's own setting is for the routing flush only)."""
+        assert self._db is not None
+        return _strict(self._db)
+
     def _session_row(self, fn: Callable[..., Any], *args: Any) -> None:
         assert self._db is not None
         try:
-            with self._db.write() as tx:
+            with self._strict_write() as tx:
                 fn(tx, *args)
         except Exception as exc:  # noqa: BLE001 - session rows are bookkeeping
             log.warning("session row not written", error=repr(exc))
@@ -565,23 +700,29 @@ class Consumer:
             self._fire_held(session.session_id)
 
     def _fire_held(self, session_id: str) -> None:
-        """The settle edge: fan out the session's held messages in post order, re-read."""
+        """The settle edge: fan out the session's held messages in post order, re-read
+        (a page of ``event_batch`` ids per batched read)."""
         ids = self.held.pop(session_id, None)
         if not ids:
             return
-        for message_id in ids:
-            self.held_ids.discard(message_id)
-            try:
-                row, members = self._read_message(message_id)
-            except Exception as exc:  # noqa: BLE001 - stays NULL; the scan routes it
-                self.counters.incr("route_failures")
-                self._resweep_live = True
-                log.error("held message not re-read at settle", message_id=message_id, error=repr(exc))
-                self._recover_db()
-                continue
-            if row is not None:
-                self.counters.incr("settled")
-                self._fan_out(row, members)
+        self.held_ids.difference_update(ids)  # none is held any more, whatever happens next
+        page = max(1, self.options.event_batch)
+        for start in range(0, len(ids), page):
+            chunk = ids[start:start + page]
+            reads = self._read_batch(chunk)
+            for message_id in chunk:
+                try:
+                    row, members = self._read_message(message_id, reads)
+                except Exception as exc:  # noqa: BLE001 - stays NULL; the scan routes it
+                    self.counters.incr("route_failures")
+                    self._resweep_live = True
+                    log.error("held message not re-read at settle", message_id=message_id, error=repr(exc))
+                    self._recover_db()
+                    continue
+                if row is not None:
+                    self.counters.incr("settled")
+                    with coalesced_wakes():
+                        self._fan_out(row, members)
 
     def _sweep(self, session: Session) -> None:
         """One step of a session's sweep: a page of cursors, then a page of owed mentions."""
@@ -649,7 +790,7 @@ class Consumer:
                 vanished.append(row["id"])
             session.owed_after = (row["channel_id"], row["channel_seq"])
         if vanished:
-            with self._db.write() as tx:
+            with self._strict_write() as tx:
                 for message_id in vanished:
                     cursors_store.clear_owed(tx, session.agent_id, message_id)
         return finished
@@ -697,6 +838,7 @@ class Consumer:
         Memory is one batch plus one member list per channel in that batch.
         """
         assert self._db is not None
+        self._flush()  # the scan must see the marks of every pass already decided
         self.counters.incr("scans")
         floor = 0
         marked = 0
@@ -778,6 +920,8 @@ class Consumer:
         the others unmarked; whatever still fails stays NULL for the next scan.
         """
         unit = self._unit
+        self._pending_since = None
+        self._durable_seq = self._handled_seq
         if unit.empty():
             return 0
         self._unit = _Unit()
@@ -810,12 +954,13 @@ class Consumer:
         assert self._db is not None
         now = self.clock.now_ms()
         rows = [(agent_id, message_id, channel_id) for message_id, pairs in owed.items() for agent_id, channel_id in pairs]
-        with self._db.write() as tx:
+        # One statement on PostgreSQL, in autocommit on a connection whose commits do not
+        # wait for the WAL flush: safe, a lost commit loses marks and owed rows together
+        # and leaves the messages NULL for the scan (D16).
+        with self._db.autocommit_write() as tx:
             if self.faults.fire(FLUSH_FAULT):
                 raise RuntimeError("fault: delivery.flush_error")
-            delivery_store.relax_commit(tx)  # safe: a lost commit leaves the rows NULL
-            recorded = cursors_store.record_owed_many(tx, rows, now)
-            marked = delivery_store.mark_routed(tx, marks, now)
+            recorded, marked = delivery_store.record_and_mark(tx, rows, marks, now)
         if recorded:
             self.counters.incr("owed_recorded", recorded)
             hook = self.after_owed_recorded
@@ -839,8 +984,9 @@ class Consumer:
     # Observability and the thread
     # ======================================================================================
     def _publish_progress(self) -> None:
+        seq = self._handled_seq if self._unit.empty() else self._durable_seq
         with self._cond:
-            self.processed_seq = self._handled_seq
+            self.processed_seq = seq
             self.edges_done = self._edges_finished
             self._cond.notify_all()
 
@@ -887,7 +1033,7 @@ class Consumer:
                     log.error("delivery consumer could not start; retrying", error=repr(exc))
                     await asyncio.sleep(1.0)
             while not self._stopping:
-                self.pump()
+                self.pump(defer_flush=True)
                 if self._stopping:
                     break
                 if self._events or self._peek_edge() is not None:
@@ -905,6 +1051,9 @@ class Consumer:
         timeout = None
         if self._next_scan_at is not None:
             timeout = max(0.0, (self._next_scan_at - self.clock.now_ms()) / 1000.0)
+        flush_in = self._flush_wait_s()
+        if flush_in is not None:
+            timeout = flush_in if timeout is None else min(timeout, flush_in)
         poke = asyncio.ensure_future(self._poke.wait())
         waiters = {poke}
         getter = None
@@ -922,3 +1071,10 @@ class Consumer:
                 getter.cancel()
         if not poke.done():
             poke.cancel()
+
+
+@contextlib.contextmanager
+def _strict(db: Dedicated) -> Iterator[Any]:
+    with db.write() as tx:
+        delivery_store.strict_commit(tx)
+        yield tx

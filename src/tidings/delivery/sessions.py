@@ -13,6 +13,12 @@ consumer has more sweep pages for a session than fit, it asks (``want_refill``) 
 once the reader has drained the queue down to the low-water mark; the registry turns that
 into a ``refill`` edge.
 
+An asyncio reader waiting on an empty queue is woken by one ``call_soon_threadsafe`` (a
+write to its loop's self-pipe). Inside ``coalesced_wakes()`` the producing thread collects
+those wake-ups instead and issues them when the block ends, ONE call per event loop however
+many of its sessions were offered something: the consumer wraps each message's fan-out in
+it, since every SSE stream of a server shares the one loop.
+
 The consumer keeps its sweep bookkeeping on the session object (``phase``, ``floors``,
 ``owed_after``); only the consumer thread touches those fields.
 """
@@ -20,10 +26,11 @@ The consumer keeps its sweep bookkeeping on the session object (``phase``, ``flo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..ids import new_id
 
@@ -37,6 +44,46 @@ PHASE_NEW = "new"
 PHASE_CURSOR = "cursor"
 PHASE_OWED = "owed"
 PHASE_LIVE = "live"
+
+
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def coalesced_wakes() -> Iterator[None]:
+    """On this thread, hold back the asyncio wake-ups that offers request until the block
+    ends, then issue one ``call_soon_threadsafe`` per event loop (re-entrant: an inner
+    block leaves them to the outer one). Items are queued at once either way; only the
+    readers' wake-up waits for the end of the block."""
+    if getattr(_deferred, "wakes", None) is not None:
+        yield
+        return
+    wakes: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    _deferred.wakes = wakes
+    try:
+        yield
+    finally:
+        _deferred.wakes = None
+        for loop, waiters in wakes.items():
+            try:
+                loop.call_soon_threadsafe(_set_all, waiters)
+            except RuntimeError:  # the reader's loop is gone
+                pass
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(True)
+
+
+def _set_all(waiters: list[asyncio.Future]) -> None:
+    for waiter in waiters:
+        _wake(waiter)
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +152,7 @@ class Session:
         self._items: deque[Dispatch] = deque()
         self._end: SessionEnd | None = None
         self._end_taken = False
-        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self._refill_wanted = False
         self.phase = PHASE_NEW
         self.floors: dict[str, int] = {}
@@ -169,9 +216,13 @@ class Session:
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
-            loop, event = waiter
+            loop, future = waiter
+            wakes = getattr(_deferred, "wakes", None)
+            if wakes is not None:
+                wakes.setdefault(loop, []).append(future)
+                return
             try:
-                loop.call_soon_threadsafe(event.set)
+                loop.call_soon_threadsafe(_wake, future)
             except RuntimeError:  # the reader's loop is gone
                 pass
 
@@ -216,21 +267,25 @@ class Session:
         with self._lock:
             item, refill = self._take_locked()
             if item is None and not self._end_taken:
-                event = asyncio.Event()
-                self._waiter = (loop, event)
+                # A bare future and a timer: no task per wait (a reader waits once per item).
+                future = loop.create_future()
+                self._waiter = (loop, future)
             else:
-                event = None
-        if event is None:
+                future = None
+        if future is None:
             self._after_take(refill)
             return item
+        timer = loop.call_later(timeout, _expire, future) if timeout is not None else None
         try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return None
+            woken = await future
         finally:
+            if timer is not None:
+                timer.cancel()
             with self._lock:
-                if self._waiter is not None and self._waiter[1] is event:
+                if self._waiter is not None and self._waiter[1] is future:
                     self._waiter = None
+        if not woken:
+            return None
         return self.get_nowait()
 
     def drain(self) -> list[Dispatch | SessionEnd]:

@@ -246,9 +246,9 @@ class Store:
         finally:
             conn.close()
 
-    def dedicated(self) -> "Dedicated":
+    def dedicated(self, *, pg_settings: dict[str, str] | None = None) -> "Dedicated":
         """A connection kept by one thread (a worker) for many transactions."""
-        return Dedicated(self)
+        return Dedicated(self, pg_settings=pg_settings)
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
@@ -262,13 +262,38 @@ class Store:
 class Dedicated:
     """One pooled connection held by a single thread; same ``write``/``read`` as ``Store``.
 
-    Saves the pool checkout on hot loops (the ingest worker). Not shareable across threads.
+    Saves the pool checkout on hot loops (the ingest worker, the delivery consumer). Not
+    shareable across threads.
+
+    ``pg_settings`` (PostgreSQL only, ignored on SQLite): run-time parameters set for the
+    whole session of this connection, applied again after ``reconnect``. A connection that
+    carries them is never handed back to the pool: ``close`` discards it, so no other user
+    of the pool ever inherits them.
+
+    ``autocommit_read``/``autocommit_write`` skip the transaction brackets where they buy
+    nothing (see each).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, pg_settings: dict[str, str] | None = None) -> None:
         self.store = store
-        self.conn = store.engine.raw_connection()
+        self.pg_settings = dict(pg_settings or {}) if store.dialect == "postgresql" else {}
+        self.conn = self._checkout()
         self.dbapi = self.conn.driver_connection
+
+    def _checkout(self) -> Any:
+        conn = self.store.engine.raw_connection()
+        if self.pg_settings:
+            try:
+                dbapi = conn.driver_connection
+                cur = dbapi.cursor()
+                for name, value in self.pg_settings.items():
+                    cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+                cur.close()
+                dbapi.commit()
+            except BaseException:
+                conn.invalidate()
+                raise
+        return conn
 
     def write(self) -> contextlib.AbstractContextManager[Tx]:
         return _write_tx(self.store, self.dbapi)
@@ -276,18 +301,43 @@ class Dedicated:
     def read(self) -> contextlib.AbstractContextManager[Tx]:
         return _read_tx(self.store, self.dbapi)
 
+    def autocommit_read(self) -> contextlib.AbstractContextManager[Tx]:
+        """Reads that need no snapshot shared between statements.
+
+        PostgreSQL: autocommit, so no BEGIN and no ROLLBACK round trip. Each statement sees
+        the data committed when it starts, which is exactly what a statement sees inside a
+        READ COMMITTED ``read()``; but nothing transaction-scoped (``SET LOCAL``) works here.
+        SQLite: the same snapshot as ``read()`` (its brackets cost no round trip).
+        """
+        if self.store.dialect == "postgresql":
+            return _autocommit_tx(self.store, self.dbapi, limit=None)
+        return _read_tx(self.store, self.dbapi)
+
+    def autocommit_write(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write that is ONE statement on PostgreSQL (atomic on its own): autocommit, so no
+        BEGIN and no COMMIT round trip; a second statement raises before it runs.
+        SQLite: a ``write()`` transaction (BEGIN IMMEDIATE under the writer lock).
+        ``after_commit`` callbacks run once the block has completed without an error.
+        """
+        if self.store.dialect == "postgresql":
+            return _autocommit_tx(self.store, self.dbapi, limit=1)
+        return _write_tx(self.store, self.dbapi)
+
     def reconnect(self) -> None:
         """Drop a broken connection and take a fresh one (after a lost PostgreSQL link)."""
         try:
             self.conn.invalidate()
         except Exception:  # pragma: no cover - best effort
             pass
-        self.conn = self.store.engine.raw_connection()
+        self.conn = self._checkout()
         self.dbapi = self.conn.driver_connection
 
     def close(self) -> None:
         try:
-            self.conn.close()
+            if self.pg_settings:
+                self.conn.invalidate()  # never back to the pool with session settings
+            else:
+                self.conn.close()
         except Exception:  # pragma: no cover
             pass
 
@@ -328,6 +378,54 @@ def _read_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
         yield tx
     finally:
         _rollback_quietly(dbapi)
+
+
+class _AutocommitTx(Tx):
+    """A ``Tx`` on a PostgreSQL connection in autocommit mode: every statement commits on
+    its own, so ``limit`` (when set) caps how many may run in one block."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self, dbapi: Any, dialect: str, limit: int | None) -> None:
+        super().__init__(dbapi, dialect)
+        self._left = limit
+
+    def _count(self) -> None:
+        if self._left is not None:
+            if self._left <= 0:
+                raise RuntimeError("an autocommit write runs one statement; use write() for more")
+            self._left -= 1
+
+    def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
+        self._count()
+        return super().execute(stmt, params)
+
+    def raw(self, sql: str, params: Any = None) -> Any:
+        self._count()
+        return super().raw(sql, params)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator["Tx"]:
+        raise RuntimeError("no savepoint outside a transaction")
+        yield self  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _autocommit_tx(store: Store, dbapi: Any, *, limit: int | None) -> Iterator[Tx]:
+    """PostgreSQL statements outside any transaction block (see ``Dedicated``)."""
+    tx = _AutocommitTx(dbapi, store.dialect, limit)
+    dbapi.autocommit = True
+    try:
+        yield tx
+    finally:
+        try:
+            dbapi.autocommit = False
+        except Exception:  # a broken connection: its owner replaces it
+            pass
+    if limit is not None:
+        store.commits += 1
+        for fn in tx._after:
+            fn()
 
 
 def _rollback_quietly(dbapi: Any) -> None:
