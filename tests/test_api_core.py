@@ -197,6 +197,28 @@ def test_idempotent_post_one_row_inserted_false_no_second_bus_event(client, runt
     assert third.status_code == 201 and sub.get_nowait() is not None
 
 
+def test_client_request_id_is_per_author_and_bound_to_its_channel(client, runtime):
+    """Idempotency is keyed on (author, client_request_id): another author's identical id is
+    a new message, and reusing an id in another channel is a 400 ``crid_reused`` that stores
+    nothing (never the first channel's message handed back as if it were this post)."""
+    alice, bob = make_human(client, "alice"), make_human(client, "bob")
+    one = make_channel(client, alice["token"], name="one", members=[bob["id"]])
+    two = make_channel(client, alice["token"], name="two")
+    body = {"text": "hi", "client_request_id": "req-1"}
+    first = client.post(f"/api/v1/channels/{one['id']}/messages", json=body, headers=auth(alice["token"]))
+    by_bob = client.post(f"/api/v1/channels/{one['id']}/messages", json=body, headers=auth(bob["token"]))
+    assert first.status_code == 201 and by_bob.status_code == 201, (first.text, by_bob.text)
+    assert by_bob.json()["inserted"] is True
+    assert by_bob.json()["message"]["id"] != first.json()["message"]["id"]
+    assert by_bob.json()["message"]["author_account_id"] == bob["id"]
+    elsewhere = client.post(f"/api/v1/channels/{two['id']}/messages", json=body, headers=auth(alice["token"]))
+    assert elsewhere.status_code == 400 and error_of(elsewhere) == "crid_reused", elsewhere.text
+    with runtime.store.read() as tx:
+        assert tx.raw("SELECT COUNT(*) FROM messages").fetchone()[0] == 2
+    listed = client.get(f"/api/v1/channels/{two['id']}/messages", headers=auth(alice["token"]))
+    assert listed.status_code == 200 and listed.json()["messages"] == []
+
+
 def test_edit_is_author_only(client):
     alice, bob, carol = make_human(client, "alice"), make_human(client, "bob"), make_human(client, "carol")
     ch = make_channel(client, alice["token"], members=[bob["id"]])

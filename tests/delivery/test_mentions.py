@@ -67,6 +67,29 @@ def test_a_mentioned_live_subscriber_gets_exactly_one_steer_and_no_deliver(world
     assert items[0].message["text"] == "hey @aa look here" and items[0].message["seq"] == 1
 
 
+def test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind(world):
+    """M1 where nothing else masks a second dispatch: the agent's own post (never pushed to
+    it) leaves its session's floor below the mention, so a deliver would not be dropped as
+    already swept; steer-only precedence alone must keep the mentioned agent off the
+    deliver. The same holds when the mention pass already ran (the scan routed it first)."""
+    hu, ch, ids = setup(world, "aa", "bb")
+    world.post(ids["aa"], ch, "my own post")  # held while aa is live, never pushed to aa
+    world.settle(ids["aa"])
+    world.pump()
+    assert world.got(ids["aa"]) == []
+    world.got(ids["bb"])
+    m = world.post(hu, ch, "hey @aa look here")
+    world.pump()
+    assert world.got(ids["aa"]) == [("steer", m)]
+    assert world.got(ids["bb"]) == [("deliver", m)]
+    again = world.post(hu, ch, "@aa once more")
+    assert world.d.consumer.scan() == 1  # the scan routes it before its event is handled
+    assert world.got(ids["aa"]) == [("steer", again)]
+    world.pump()  # the live event finds it routed: no second steer, and still no deliver
+    assert world.got(ids["aa"]) == []
+    assert world.got(ids["bb"]) == [("deliver", again)]
+
+
 def test_mentioned_gets_the_steer_and_the_others_the_deliver(world):
     # M2
     hu, ch, ids = setup(world, "aa", "bb")

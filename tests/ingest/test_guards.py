@@ -80,6 +80,37 @@ def test_changed_group_snapshot_writes_only_the_difference(store, counted):
     assert w.conversation("grp")["updated_at_ms"] == w.now
 
 
+def test_every_roster_column_changed_alone_writes_its_row(store, counted):
+    """Role, roster display name and active flag, each changed alone on one member: the
+    change writes exactly that roster row and touches the conversation; the same roster
+    again writes no roster row; changing it back writes the row again. (Both the
+    unchanged-roster check and the diff must compare every column.)"""
+    w = World(store, "google")
+    base = [member("+15550100", "A"), member("+15550111", "B")]
+    w.frame([conv("g", base)])
+    cases = [
+        ("role", member("+15550100", "A", role="admin"), ("admin", "A", True)),
+        ("display_name", member("+15550100", "A2"), ("member", "A2", True)),
+        ("is_active", member("+15550100", "A", active=False), ("member", "A", False)),
+    ]
+    for column, changed, stored in cases:
+        counted.reset()
+        store.clock.advance(1_000)
+        w.frame([conv("g", [changed, base[1]])])
+        assert counted.snapshot()["conversation_participants"] == {"insert": 0, "update": 1, "delete": 0}, column
+        assert counted.of("conversations", "update") == 1, column  # the roster change's touch
+        assert w.roster("g")["+15550100"] == stored, column
+        assert w.conversation("g")["updated_at_ms"] == w.now, column
+        counted.reset()
+        store.clock.advance(1_000)
+        w.frame([conv("g", [changed, base[1]])])
+        assert counted.of("conversation_participants") == 0 and counted.of("conversations") == 0, column
+        counted.reset()
+        w.frame([conv("g", base)])
+        assert counted.of("conversation_participants", "update") == 1, column
+        assert w.roster("g")["+15550100"] == ("member", "A", True), column
+
+
 def test_roster_touch_never_moves_updated_at_backwards(store):
     w = World(store, "google")
     store.clock.set(10_000)

@@ -26,6 +26,7 @@ from test_projection_support import (
     receipt,
     ref,
 )
+from writecount import WriteCounter
 
 SIG = "signal:+15550100"
 BOB = "+15550100"
@@ -268,6 +269,69 @@ def test_conversation_event_writes_row_identities_and_roster(store):
     assert c2["last_message_at_ms"] == 9_000 and c2["updated_at_ms"] == c["updated_at_ms"]
 
 
+def test_identity_merge_rule_column_by_column(store):
+    """The merge rule of a new sighting (spec §3.3), one column at a time, with the row
+    writes counted: ``raw`` is replaced, ``display_name`` only by a non-empty name,
+    ``is_self`` only turns on; a sighting that changes nothing writes nothing, and
+    ``updated_at_ms`` is the time of the last change. (Pins the projection's own skip,
+    which runs before the guarded statement, column by column.)"""
+    w = World(store, "signal")
+    seq = iter(range(1, 100))
+
+    def sighting(raw, name="", self_=False):
+        store.clock.advance(10)
+        direction = "incoming"  # the sender's self flag is what is under test, not the direction
+        w.frame([msg(SIG, f"m{next(seq)}", sref(raw, name, self_=self_), direction=direction)])
+        return w.identity(BOB)
+
+    with WriteCounter(store, ["identities"]) as wc:
+        first = sighting(BOB, "Bob")
+        created = first["created_at_ms"]
+        steps = [
+            # (raw, name, self, expected (raw, display_name, is_self), writes)
+            ("+1 555 0100", "Bob", False, ("+1 555 0100", "Bob", False), 1),  # a new spelling: raw replaced
+            ("+1 555 0100", "", False, ("+1 555 0100", "Bob", False), 0),  # no name: the known name stays
+            ("+1 555 0100", "Robert", False, ("+1 555 0100", "Robert", False), 1),  # a new name replaces it
+            ("+1 555 0100", "Robert", True, ("+1 555 0100", "Robert", True), 1),  # self turns on
+            ("+1 555 0100", "Robert", False, ("+1 555 0100", "Robert", True), 0),  # ... and never off
+            (BOB, "", False, (BOB, "Robert", True), 1),  # raw alone, back again
+        ]
+        last_change = created
+        for raw, name, self_, expected, writes in steps:
+            wc.reset()
+            row = sighting(raw, name, self_)
+            assert (row["raw"], row["display_name"], row["is_self"]) == expected, (raw, name, self_)
+            assert wc.of("identities") == writes, (raw, name, self_)
+            if writes:
+                last_change = w.now
+            assert (row["created_at_ms"], row["updated_at_ms"]) == (created, last_change), (raw, name, self_)
+
+
+def test_conversation_refresh_column_by_column(store):
+    """A conversation snapshot changing kind, title or revision alone writes the row once
+    and moves ``updated_at_ms``; the same snapshot again writes nothing. (Pins the
+    projection's skip before the guarded upsert, not only the SQL guard.)"""
+    w = World(store, "google")
+    people = [member("+15550100", "A")]
+    w.frame([conv("g", people, kind="group", title="T", revision=None)])
+    state = {"kind": "group", "title": "T", "revision": None}
+    with WriteCounter(store, ["conversations"]) as wc:
+        for column, value in [("revision", "r1"), ("title", "U"), ("kind", "direct"), ("revision", "r2"),
+                              ("title", ""), ("revision", None)]:
+            state[column] = value
+            for again in (False, True):
+                wc.reset()
+                store.clock.advance(10)
+                w.frame([conv("g", people, **state)])
+                assert wc.of("conversations") == (0 if again else 1), (column, value, again)
+                c = w.conversation("g")
+                assert (c["kind"], c["title"], c["remote_revision"]) == (state["kind"], state["title"],
+                                                                         state["revision"]), column
+                if not again:
+                    changed_at = w.now
+                assert c["updated_at_ms"] == changed_at, (column, value, again)
+
+
 def test_message_minted_google_conversation_is_completed_by_its_snapshot(store):
     w = World(store, "google")
     w.frame([gmsg("g1", "m1", ref("+15550100"), at=9_000)])
@@ -355,6 +419,21 @@ def test_counters_are_added_only_when_the_frame_commits(store):
             project_frame(tx, ctx, [msg(SIG, "bob:1", sref(BOB))])
     assert w.counts() == {}
     assert w.message(SIG, "bob:1") is None
+    # A frame projected completely whose transaction then rolls back (a failed processed
+    # mark, a failed commit): its counts are never added either.
+    ctx = ProjectionContext(w.bridge_id, "signal", "in_y", w.now, w.now, w.counters)
+    with pytest.raises(Boom):
+        with store.write() as tx:
+            assert project_frame(tx, ctx, [msg(SIG, "bob:2", sref(BOB))])
+            raise Boom()
+    assert w.counts() == {}
+    assert w.message(SIG, "bob:2") is None
+    # ... and a frame that commits is counted once, after its commit.
+    ctx = ProjectionContext(w.bridge_id, "signal", "in_z", w.now, w.now, w.counters)
+    with store.write() as tx:
+        assert project_frame(tx, ctx, [msg(SIG, "bob:3", sref(BOB))])
+        assert w.counts() == {}
+    assert w.counts()["messages_written"] == 1
 
 
 def test_unknown_platform_is_a_projection_error(store):

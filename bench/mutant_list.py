@@ -1,0 +1,532 @@
+"""The planted bugs of the mutation check (``bench/mutants.py``), one realistic bug each.
+
+Each mutant is an exact text substitution in one source file, with the smallest test
+selection that should catch it. Tests run on SQLite unless the mechanism is
+backend-specific (``backend="both"``/``"postgres"``). Grouped as issue 5 lists them:
+write guards, roster diff, recency, the reaction fence, the paging cursor, the drain and
+its backoff, apply on append, the projection's own skips and merge rules, mutations and
+reactions, decoders, the post path, the delivery side, and the backend-specific statements.
+
+Run: ``uv run python bench/mutants.py --jobs 2 --json bench/results/mutants.json``.
+"""
+
+from __future__ import annotations
+
+from mutants import Mutant
+
+# -- test files ----------------------------------------------------------------------------
+GUARDS = "tests/ingest/test_guards.py"
+PROJ = "tests/ingest/test_projection.py"
+INBOX = "tests/ingest/test_inbox.py"
+WORKER = "tests/ingest/test_worker.py"
+APPEND = "tests/ingest/test_apply_on_append.py"
+DECODERS = "tests/ingest/test_decoders.py"
+API_CORE = "tests/test_api_core.py"
+
+# -- source files --------------------------------------------------------------------------
+IDENT = "src/tidings/store/identities.py"
+CONVS = "src/tidings/store/conversations.py"
+BMSG = "src/tidings/store/bridge_messages.py"
+REACT = "src/tidings/store/reactions.py"
+INBOX_SRC = "src/tidings/store/inbox.py"
+READCUR = "src/tidings/store/read_cursors.py"
+BACKOFF = "src/tidings/ingest/backoff.py"
+WORKER_SRC = "src/tidings/ingest/worker.py"
+PROJ_SRC = "src/tidings/ingest/projection.py"
+GOOGLE = "src/tidings/ingest/decoders/google_json.py"
+POSTING = "src/tidings/hub/posting.py"
+MESSAGES = "src/tidings/store/messages.py"
+
+
+def g(name: str) -> str:
+    return f"{GUARDS}::{name}"
+
+
+def t(path: str, name: str) -> str:
+    return f"{path}::{name}"
+
+
+MUTANTS: list[Mutant] = []
+
+
+def add(name: str, file: str, find: str, replace: str, *tests: str, why: str = "", k: str = "",
+        backend: str = "sqlite") -> None:
+    MUTANTS.append(Mutant(name, file, find, replace, tuple(tests), why, k, backend))
+
+
+# == write guards: each term dropped on its own ===============================================
+_IDENT_TERMS = ["raw", "display_name", "is_self", "metadata"]
+_CONV_TERMS = ["kind", "title", "remote_revision"]
+_MSG_TERMS = [("sender_identity_id", "sender"), ("direction", "direction"), ("body", "body"),
+              ("reply_to_remote_id", "reply_to"), ("occurred_at_ms", "occurred")]
+
+
+def _drop_term(term: str, nxt: str | None, is_first: bool) -> tuple[str, str]:
+    """The (find, replace) that removes ``term`` from a guard written one term per line."""
+    if is_first:
+        return f'"{term}"\n    " OR {nxt}', f'"{nxt}'
+    return f'    " OR {term}"\n', ""
+
+
+for i, col in enumerate(_IDENT_TERMS):
+    term = f"identities.{col} IS DISTINCT FROM excluded.{col}"
+    nxt = None if i + 1 == len(_IDENT_TERMS) else f"identities.{_IDENT_TERMS[i + 1]}"
+    find, repl = _drop_term(term, nxt, i == 0)
+    add(f"guard.identity.{col}", IDENT, find, repl,
+        g("test_every_identity_guard_column_changed_alone_writes_its_row"),
+        why=f"the identity upsert no longer writes a change of {col} alone")
+
+for i, col in enumerate(_CONV_TERMS):
+    term = f"conversations.{col} IS DISTINCT FROM excluded.{col}"
+    nxt = None if i + 1 == len(_CONV_TERMS) else f"conversations.{_CONV_TERMS[i + 1]}"
+    find, repl = _drop_term(term, nxt, i == 0)
+    add(f"guard.conversation.{col}", CONVS, find, repl,
+        g("test_every_conversation_guard_column_changed_alone_writes_its_row"),
+        why=f"the conversation upsert no longer writes a change of {col} alone")
+
+for i, (col, param) in enumerate(_MSG_TERMS):
+    term = f"{col} IS DISTINCT FROM :{param}"
+    nxt = None if i + 1 == len(_MSG_TERMS) else _MSG_TERMS[i + 1][0]
+    find, repl = _drop_term(term, nxt, i == 0)
+    add(f"guard.bridge_message.{col}", BMSG, find, repl,
+        g("test_every_message_guard_column_changed_alone_writes_its_row"),
+        why=f"a re-delivered message whose {col} alone changed is not updated")
+
+# == the roster diff ========================================================================
+add("roster.fast_path_ignores_display_name", CONVS,
+    "        if stored.get(row.identity_id) != (row.role, row.display_name, bool(row.is_active)):",
+    "        if (stored.get(row.identity_id) or (None, None, None))[0::2] != (row.role, bool(row.is_active)):",
+    g("test_every_roster_column_changed_alone_writes_its_row"), g("test_changed_group_snapshot_writes_only_the_difference"),
+    why="the unchanged-roster check ignores a column: a rename alone is never stored")
+add("roster.diff_ignores_is_active", CONVS,
+    "        if have == values:\n            continue",
+    "        if have is not None and have[:2] == values[:2]:\n            continue",
+    g("test_every_roster_column_changed_alone_writes_its_row"),
+    why="the diff compares role and name only: a member going inactive is never stored")
+add("roster.never_deletes", CONVS,
+    "        if identity_id not in wanted:\n            written += tx.rowcount(PARTICIPANT_DELETE",
+    "        if False:\n            written += tx.rowcount(PARTICIPANT_DELETE",
+    g("test_changed_group_snapshot_writes_only_the_difference"),
+    why="a member who left stays on the roster")
+add("roster.fast_path_accepts_repeat", CONVS,
+    "        if row.identity_id in seen:\n            return False\n", "",
+    g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
+    why="the reference's survivor: a roster repeating an identity matches on the fast path")
+add("roster.diff_accepts_repeat", CONVS,
+    '        if row.identity_id in wanted:\n            raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")\n',
+    "",
+    g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
+    why="the slow path merges a repeated identity silently")
+add("roster.never_touches_conversation", CONVS,
+    "    if written and touched_at_ms > 0:\n        touch(",
+    "    if False:\n        touch(",
+    g("test_changed_group_snapshot_writes_only_the_difference"),
+    why="a roster-only change leaves the conversation's updated_at_ms behind")
+add("roster.touch_moves_backwards", CONVS,
+    '"UPDATE conversations SET updated_at_ms = :now WHERE id = :id AND updated_at_ms < :now"',
+    '"UPDATE conversations SET updated_at_ms = :now WHERE id = :id"',
+    g("test_roster_touch_never_moves_updated_at_backwards"),
+    why="a replayed (older) clock moves updated_at_ms backwards")
+add("refresh.never_touches", PROJ_SRC,
+    "rows=rows, touched_at_ms=self.now", "rows=rows, touched_at_ms=0",
+    g("test_changed_group_snapshot_writes_only_the_difference"),
+    why="the reference's 'touchedAtMS = 0': the projection never asks for the roster touch")
+add("roster.every_sender_joins", PROJ_SRC,
+    "            if sender_roster and incoming and not sender[3]:",
+    "            if sender_roster:",
+    t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
+    why="our own outgoing messages put us on every Signal/WhatsApp roster")
+
+# == recency ================================================================================
+add("recency.bump_on_equal", CONVS,
+    "WHERE id = :id AND last_message_at_ms < :at", "WHERE id = :id AND last_message_at_ms <= :at",
+    g("test_recency_bump_writes_only_when_strictly_newer"),
+    why="an equal-time message rewrites the recency row")
+add("recency.mint_or_bump_on_equal", CONVS,
+    '"WHERE conversations.last_message_at_ms < excluded.last_message_at_ms"',
+    '"WHERE conversations.last_message_at_ms <= excluded.last_message_at_ms"',
+    g("test_recency_bump_writes_only_when_strictly_newer"),
+    why="the message path's one recency statement writes on an equal time")
+add("recency.moves_backwards", CONVS,
+    '"WHERE conversations.last_message_at_ms < excluded.last_message_at_ms"', '""',
+    t(PROJ, "test_group_remote_id_mints_a_group_and_recency_only_moves_forward"),
+    why="an older message, retried late, moves recency back")
+
+# == the reaction fence =====================================================================
+add("fence.sql_unguarded", REACT,
+    '"updated_at_ms = excluded.updated_at_ms WHERE excluded.source_seq_ms > reaction_fences.source_seq_ms",',
+    '"updated_at_ms = excluded.updated_at_ms",',
+    g("test_snapshot_and_fence_statements_are_guarded_in_sql"),
+    why="the fence statement overwrites whatever it finds (the safety net is gone)")
+add("fence.write_at_its_own_sequence", REACT,
+    "    if current_fence is None or source_seq_ms > current_fence:\n        fence_written",
+    "    if current_fence is None or source_seq_ms >= current_fence:\n        fence_written",
+    g("test_statement_budget_per_frame"),
+    why="the fence write at the fence's own sequence is no longer skipped")
+add("fence.accepts_older_snapshot", REACT,
+    "        if current_fence is not None and source_seq_ms < current_fence:\n            return",
+    "        if False:\n            return",
+    g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
+    why="an older snapshot retried late brings a removed reaction back")
+add("fence.rejects_equal_snapshot", REACT,
+    "source_seq_ms < current_fence:", "source_seq_ms <= current_fence:",
+    g("test_snapshot_at_the_fence_sequence_is_accepted_and_its_fence_write_skipped"),
+    why="a second message of the same frame's sequence is dropped whole")
+add("fence.audit_skip_empty_snapshot", REACT,
+    "    if current_fence is None or source_seq_ms > current_fence:\n        fence_written",
+    "    if (entries or current_fence is not None) and (current_fence is None or source_seq_ms > current_fence):\n"
+    "        fence_written",
+    g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
+    why="the audit's suggestion: skip the fence write of an empty snapshot when no fence exists")
+add("fence.audit_skip_empty_frame", PROJ_SRC,
+    "    if reacts or frame.snapshots:\n", "    if reacts:\n",
+    g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
+    why="the same skip in the projection: a Google frame without reactions applies no snapshot")
+add("snapshot.never_tombstones", REACT,
+    '        if have[4] == "active" and reactor_key not in entries:',
+    "        if False:",
+    g("test_snapshot_writes_only_changed_reactions_and_tombstones_absent_ones"),
+    why="a reaction absent from a newer snapshot stays active")
+
+# == the inbox paging cursor =================================================================
+add("cursor.repeats", INBOX_SRC,
+    "(received_at_ms, inbox_id) > (:after_ms, :after_id)", "(received_at_ms, inbox_id) >= (:after_ms, :after_id)",
+    t(INBOX, "test_paging_visits_every_frame_once_in_order_with_ties"),
+    why="`>=`: each page starts with the previous page's last frame")
+add("cursor.orders_by_id_only", INBOX_SRC,
+    '"ORDER BY received_at_ms, inbox_id LIMIT :limit",\n    name="inbox.unprocessed_after"',
+    '"ORDER BY inbox_id LIMIT :limit",\n    name="inbox.unprocessed_after"',
+    t(INBOX, "test_paging_visits_every_frame_once_in_order_with_ties"),
+    why="the page is ordered differently from the cursor: frames are skipped")
+
+# == the drain and its backoff ==============================================================
+add("backoff.none", BACKOFF,
+    "entry.not_before_ms = now_ms + retry_delay_ms(entry.failures, self.base_ms, self.max_ms)",
+    "entry.not_before_ms = now_ms",
+    t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    why="a stuck frame is re-decoded on every later frame (the reference's 686 ms per frame)")
+add("backoff.no_doubling", BACKOFF, "    delay = base_ms << shift\n", "    delay = base_ms\n",
+    t(WORKER, "test_backoff_is_capped"),
+    t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    why="the backoff stays at 1 s forever")
+add("backoff.no_cap", BACKOFF, "    if delay <= 0 or delay > max_ms:", "    if delay <= 0:",
+    t(WORKER, "test_backoff_is_capped"),
+    why="the backoff grows past 5 min")
+add("drain.no_prune", WORKER_SRC,
+    "        stats.pruned = retries.prune(listed_retries)", "        stats.pruned = 0",
+    t(WORKER, "test_backoff_rounds_are_capped_and_entries_of_frames_processed_elsewhere_are_pruned"),
+    why="retry entries of frames processed elsewhere stay in memory forever")
+add("drain.prunes_just_deferred", WORKER_SRC,
+    "            self.retries.defer(inbox_id, self.clock.now_ms())\n            self._listed_retries.append(inbox_id)\n",
+    "            self.retries.defer(inbox_id, self.clock.now_ms())\n",
+    t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    why="a frame deferred during the walk is pruned at its end, so it never waits")
+add("drain.single_page", WORKER_SRC,
+    "            if len(page) < self.page_size:\n                break",
+    "            if True:\n                break",
+    t(WORKER, "test_drain_applies_a_paged_backlog_in_receipt_order_once_each"),
+    why="a drain reads one page of 256 and stops")
+add("drain.no_deferral_skip", WORKER_SRC,
+    "                    if retries.waiting(inbox_id, now):", "                    if False:",
+    t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    why="a deferred frame is loaded and decoded before its time")
+add("drain.exhausted_frame_not_deferred", WORKER_SRC,
+    "            self.retries.defer(inbox_id, self.clock.now_ms())", "            pass",
+    t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    why="the reference's 'an exhausted frame not deferred'")
+add("wake.no_timer", WORKER_SRC,
+    "            return self._pause_until\n        return self.retries.earliest()",
+    "            return self._pause_until\n        return None",
+    t(WORKER, "test_running_worker_drains_on_append_and_wakes_for_its_retry_on_a_fake_clock"),
+    why="no traffic, no retry: a deferred frame waits for the next append")
+add("wake.real_clock_waits_forever", WORKER_SRC,
+    "        return max(0.0, (when - self.clock.now_ms()) / 1000.0)", "        return None",
+    t(WORKER, "test_running_worker_wakes_for_its_retry_on_the_real_clock"),
+    why="with the real clock the run loop never times out for its retry")
+add("retry.no_in_attempt_retries", BACKOFF, "ATTEMPTS = 4\n", "ATTEMPTS = 1\n",
+    t(WORKER, "test_transient_failure_in_the_reactions_step_leaves_the_frame_untouched_then_applies_fully"),
+    why="one busy error defers the frame for a second")
+add("quarantine.transient_is_deterministic", WORKER_SRC,
+    "                if is_transient(exc):\n                    self._recover(exc)\n                    last = exc\n                    if attempt",
+    "                if False:\n                    self._recover(exc)\n                    last = exc\n                    if attempt",
+    t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
+    why="a busy database quarantines the frame for good")
+
+# == apply on append ========================================================================
+add("append.order_check_removed", WORKER_SRC,
+    "        if len(older) > deferred:\n            return True\n",
+    "        return False\n",
+    t(APPEND, "test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge"),
+    why="a new frame applies before an older unprocessed frame of its bridge (out of receipt order)")
+add("append.backoff_holds_everything_up", WORKER_SRC,
+    "        return not all(retries.waiting(i, now) for i in older)", "        return bool(older)",
+    t(APPEND, "test_a_frame_waiting_out_its_backoff_does_not_hold_up_later_frames"),
+    why="one stuck frame sends every later append to the drain")
+add("append.transient_is_deterministic", WORKER_SRC,
+    "            if is_transient(exc):\n                log.info(", "            if False:\n                log.info(",
+    t(APPEND, "test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the_worker"),
+    why="a busy error on append quarantines the frame")
+add("append.keeps_applying_after_a_left_frame", WORKER_SRC,
+    "            if outcome == LEFT:\n                self.applying = False\n",
+    "            if outcome == LEFT:\n",
+    t(APPEND, "test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the_worker"),
+    why="frames after one left to the drain apply before it")
+
+# == the projection's own skips and merge rules ==============================================
+add("skip.identity_ignores_self", PROJ_SRC,
+    "        if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:",
+    "        if raw != stored[1] or new_name != stored[2]:",
+    t(PROJ, "test_identity_merge_rule_column_by_column"),
+    why="the reference's mutant: an identity seen as self later is never marked self")
+add("skip.identity_ignores_raw", PROJ_SRC,
+    "        if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:",
+    "        if new_name != stored[2] or new_self != stored[3]:",
+    t(PROJ, "test_identity_merge_rule_column_by_column"),
+    why="the reference's mutant: a new spelling of the same number is never stored")
+add("merge.blank_name_erases", PROJ_SRC,
+    "        new_name = name or stored[2]", "        new_name = name",
+    t(PROJ, "test_identity_merge_rule_column_by_column"),
+    why="a sighting without a name erases the known name")
+add("merge.self_turns_off", PROJ_SRC,
+    "        new_self = stored[3] or ref.is_self", "        new_self = ref.is_self",
+    t(PROJ, "test_identity_merge_rule_column_by_column"),
+    why="is_self only turns on; here a later sighting turns it off")
+add("skip.conversation_ignores_revision", PROJ_SRC,
+    "(stored[1], stored[2], stored[3]) != (ev.kind, ev.title, ev.remote_revision)",
+    "(stored[1], stored[2]) != (ev.kind, ev.title)",
+    t(PROJ, "test_conversation_refresh_column_by_column"),
+    why="the reference's mutant: a revision-only change is never stored")
+add("order.mutations_before_messages", PROJ_SRC,
+    "    if msgs:\n        frame.messages(msgs)\n    for ev in muts:\n        frame.mutation(ev)\n",
+    "    for ev in muts:\n        frame.mutation(ev)\n    if msgs:\n        frame.messages(msgs)\n",
+    t(PROJ, "test_events_apply_in_kind_order_whatever_the_decoded_order"),
+    why="an edit decoded before its message in one frame is orphaned")
+add("projection.counts_before_commit", PROJ_SRC,
+    "        tx.after_commit(add_counts)", "        add_counts()",
+    t(PROJ, "test_counters_are_added_only_when_the_frame_commits"),
+    why="a rolled-back frame's counts are reported")
+
+# == messages, mutations, reactions, receipts =================================================
+add("redelivery.undoes_edit", BMSG,
+    "WHERE id = :id AND state = 'active' AND ({MESSAGE_GUARD})", "WHERE id = :id AND ({MESSAGE_GUARD})",
+    t(PROJ, "test_redelivered_message_writes_nothing_and_never_undoes_an_edit_or_delete"),
+    why="a re-delivered original overwrites an edit or resurrects a deleted body")
+add("edit.older_wins", BMSG,
+    "AND (mutated_at_ms IS NULL OR mutated_at_ms < :at ", "AND (mutated_at_ms IS NULL OR mutated_at_ms <> :at ",
+    t(PROJ, "test_edits_are_last_writer_wins_and_a_delete_is_terminal"),
+    why="an older edit retried late overwrites a newer one")
+add("edit.revives_deleted", BMSG,
+    "WHERE id = :id AND state <> 'deleted' AND (mutated_at_ms IS NULL", "WHERE id = :id AND (mutated_at_ms IS NULL",
+    t(PROJ, "test_edits_are_last_writer_wins_and_a_delete_is_terminal"),
+    why="a delete is not terminal: a later edit brings the message back")
+add("delete.keeps_body", BMSG,
+    "\"UPDATE bridge_messages SET body = '', state = 'deleted'", "\"UPDATE bridge_messages SET state = 'deleted'",
+    t(PROJ, "test_redelivered_message_writes_nothing_and_never_undoes_an_edit_or_delete"),
+    why="a deleted message's text stays readable (the reference kept the body)")
+add("delta.equal_time_always_writes", REACT,
+    '"WHERE excluded.occurred_at_ms > reactions.occurred_at_ms "',
+    '"WHERE excluded.occurred_at_ms >= reactions.occurred_at_ms "',
+    t(PROJ, "test_equal_time_reaction_writes_only_when_content_differs"),
+    why="a re-delivered reaction rewrites its row")
+add("delta.older_wins", REACT,
+    '"WHERE excluded.occurred_at_ms > reactions.occurred_at_ms "',
+    '"WHERE excluded.occurred_at_ms <> reactions.occurred_at_ms "',
+    t(PROJ, "test_delta_reactions_last_writer_wins_with_tombstones"),
+    t(PROJ, "test_remove_before_add_leaves_a_tombstone_that_fences_the_stale_add"),
+    why="a stale add delivered after a removal brings the reaction back")
+add("read_cursor.moves_backwards", READCUR,
+    '"WHERE excluded.last_read_message_at_ms > read_cursors.last_read_message_at_ms "',
+    '"WHERE excluded.last_read_message_at_ms <> read_cursors.last_read_message_at_ms "',
+    t(PROJ, "test_read_cursor_moves_on_self_read_receipts_only_and_only_forwards"),
+    why="a late receipt for an older message moves our read cursor back")
+add("receipt.others_move_our_cursor", PROJ_SRC,
+    '        if ev.status != "read" or not ev.actor.is_self:', '        if ev.status != "read":',
+    t(PROJ, "test_read_cursor_moves_on_self_read_receipts_only_and_only_forwards"),
+    why="someone else's read receipt marks the conversation read for us")
+
+# == decoders ===============================================================================
+add("google.microseconds_kept", GOOGLE,
+    "        occurred = micros // 1000\n", "        occurred = micros\n",
+    t(DECODERS, "test_fixture_decodes_to_exact_events"),
+    why="Google's microsecond timestamps stored as milliseconds (dates in the year 50,000)")
+
+# == the post path ===========================================================================
+add("posting.empty_crid_is_a_key", POSTING,
+    "        if crid:\n            existing = messages_store.by_client_request(",
+    "        if True:\n            existing = messages_store.by_client_request(",
+    t(API_CORE, "test_post_and_list_messages"),
+    why="every post without a client_request_id returns the author's first such post")
+add("posting.crid_reused_in_another_channel", POSTING,
+    "                if existing[\"channel_id\"] != channel_id:\n"
+    "                    raise BadRequest(\"client_request_id was already used for another channel\", code=\"crid_reused\")\n"
+    "                return existing, False",
+    "                return existing, False",
+    t(API_CORE, "test_client_request_id_is_per_author_and_bound_to_its_channel"),
+    why="a retry aimed at another channel silently returns a message from the first")
+add("messages.crid_ignores_author", MESSAGES,
+    '"WHERE m.author_account_id = :author AND m.client_request_id = :client_request_id"',
+    '"WHERE m.client_request_id = :client_request_id"',
+    t(API_CORE, "test_client_request_id_is_per_author_and_bound_to_its_channel"),
+    why="two authors using the same request id: the second gets the first's message")
+
+# == the delivery side ======================================================================
+DCURS = "tests/delivery/test_cursors.py"
+DREC = "tests/delivery/test_recovery.py"
+DOFF = "tests/delivery/test_offline_mentions.py"
+DMENT = "tests/delivery/test_mentions.py"
+DCORE = "tests/delivery/test_consumer_core.py"
+DSWEEP = "tests/delivery/test_sweeps_and_settle.py"
+DWAKE = "tests/delivery/test_wakers.py"
+CONSUMER = "src/tidings/delivery/consumer.py"
+MENTIONS = "src/tidings/delivery/mentions.py"
+WAKERS = "src/tidings/delivery/wakers.py"
+DSTORE = "src/tidings/store/delivery.py"
+CURSORS = "src/tidings/store/cursors.py"
+
+add("route.mark_before_route", CONSUMER,
+    "            if self.options.mark_on_route_failure:\n                self._unit.mark(row)\n",
+    "            self._unit.mark(row)\n",
+    t(DREC, "test_a_periodic_scan_recovers_a_failed_pass_without_a_restart"),
+    why="reference flaw O4: a failed mention pass still marks its message routed, so no scan retries it")
+add("scan.held_skip_removed", CONSUMER,
+    "                if message_id in self.held_ids:\n                    skipped += 1\n                    continue\n", "",
+    t(DREC, "test_scan_skips_a_message_held_right_now_and_leaves_it_unmarked"),
+    why="the scan routes a held message before its author settles")
+add("sweep_set.no_home_channel", DSTORE,
+    'f"OR {account}.home_channel_id = {channel}.id)"', 'f")"',
+    t(DCURS, "test_home_channel_is_swept_even_with_the_flag_off"),
+    why="drift of the one sweep-set predicate: the home channel drops out when its flag is off")
+add("sweep_set.no_mandatory", DSTORE,
+    'f"({member}.subscribed OR {channel}.mandatory_subscription "', 'f"({member}.subscribed "',
+    t(DCURS, "test_home_channel_is_swept_even_with_the_flag_off"),
+    t(DOFF, "test_agents_ping_owes_only_the_members_outside_their_sweep_set"),
+    why="drift of the one sweep-set predicate: a mandatory channel is not swept")
+add("owed.record_skipped", CONSUMER,
+    "                    self._unit.owe(message_id, agent.id, channel_id)\n", "                    pass\n",
+    t(DOFF, "test_offline_member_outside_the_sweep_set_gets_an_owed_row_and_a_wake"),
+    why="a mention outside the sweep set is never owed: an offline agent never hears of it")
+add("owed.only_when_offline", CONSUMER,
+    "if not agent.in_sweep and (session is None or self.options.owe_live_gap):",
+    "if not agent.in_sweep and session is None:",
+    t(DOFF, "test_a_refused_steer_to_a_live_member_outside_the_sweep_set_is_owed"),
+    why="reference flaw O1: a live agent's refused steer has no backstop")
+add("owed.recording_reopens_acked", CURSORS,
+    "\"FROM json_each(:rows) WHERE true ON CONFLICT (agent_id, message_id) DO NOTHING\"",
+    "\"FROM json_each(:rows) WHERE true ON CONFLICT (agent_id, message_id) DO UPDATE SET acked_at_ms = NULL\"",
+    t(DCURS, "test_an_ack_before_the_mention_pass_commits_is_never_undone"),
+    why="a later pass (retried flush, scan, settle) owes an acked mention again")
+add("ack.forgets_owed_row", CURSORS,
+    '    cleared = has_row and tx.rowcount(ACK_OWED, {**keys, "now": now}) == 1',
+    "    cleared = has_row",
+    t(DCURS, "test_ack_clears_the_owed_row_even_without_a_cursor"),
+    why="the ack never clears the owed row: the mention is steered at every start forever")
+add("ack.no_tombstone_outside_sweep_set", CURSORS,
+    '        tx.execute(ACKED_TOMBSTONE, {**keys, "channel_id": channel_id, "now": now})',
+    "        pass",
+    t(DCURS, "test_an_ack_before_the_mention_pass_commits_is_never_undone"),
+    why="an ack that beats the mention pass's commit is undone by it")
+add("cursor.steps_over_others_seqs", CURSORS,
+    '"SELECT channel_seq FROM messages WHERE author_account_id = :agent_id AND channel_id = :channel_id "',
+    '"SELECT channel_seq FROM messages WHERE channel_id = :channel_id "',
+    t(DCURS, "test_out_of_order_acks_fold_into_the_mark"),
+    why="the contiguous advance steps over any visible seq, not only the agent's own")
+add("cursor.high_water_mark", CURSORS,
+    "    while acked_seq + 1 in above or acked_seq + 1 in own:\n        acked_seq += 1\n",
+    "    acked_seq = max([acked_seq, *above, *own])\n",
+    t(DCURS, "test_advance_is_pure_and_never_crosses_a_gap"), t(DCURS, "test_out_of_order_acks_fold_into_the_mark"),
+    why="a single high-water mark: an earlier unacked message is skipped")
+add("fan_out.mentioned_also_delivered", CONSUMER,
+    "if agent.id == author or not agent.in_sweep or agent.id in mentioned:",
+    "if agent.id == author or not agent.in_sweep:",
+    t(DMENT, "test_a_mentioned_live_subscriber_gets_exactly_one_steer_and_no_deliver"),
+    t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
+    why="steer-only precedence removed: a mentioned subscriber gets the steer and the deliver")
+add("fan_out.routed_message_routed_again", CONSUMER,
+    '        if row.get("mentions_routed_at") is None:\n            mentioned = self.route_mentions_for(',
+    '        if True:\n            mentioned = self.route_mentions_for(',
+    t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
+    why="a message the scan already routed is routed again when its live event arrives: a second steer")
+add("settle.not_on_session_end", CONSUMER,
+    "        if self.options.settle_on_end:\n            self._fire_held(session.session_id)",
+    "        if False:\n            self._fire_held(session.session_id)",
+    t(DSWEEP, "test_ending_a_session_fires_only_that_sessions_held_messages"),
+    why="reference flaw O2: a dead author's held messages wait for a restart")
+add("settle.on_working", CONSUMER,
+    'SETTLE_STATES = frozenset({"ready", "stopped"})', 'SETTLE_STATES = frozenset({"ready", "stopped", "working"})',
+    t(DCORE, "test_working_state_is_not_a_settle_edge"),
+    why="a 'working' state report fires held messages mid-turn")
+add("hold.author_not_held", CONSUMER,
+    "        if author_session is not None:\n            self._hold(author_session, event.message_id)\n            return\n",
+    "",
+    t(DCORE, "test_live_agent_authors_post_is_held_then_fired_from_the_store_at_its_settle_edge"),
+    why="a live agent's posts fan out mid-turn instead of at its settle edge")
+add("mentions.no_case_folding", MENTIONS,
+    "        seen.setdefault(match.group(1).casefold(), None)", "        seen.setdefault(match.group(1), None)",
+    t(DMENT, "test_mention_grammar"),
+    why="@Bob no longer reaches bob")
+add("mentions.author_counts", MENTIONS,
+    "    eligible = [m for m in members if m.id != author_id]", "    eligible = list(members)",
+    t(DMENT, "test_resolution_counts_agent_members_only_never_the_author"),
+    why="an agent's @everyone steers the agent itself")
+add("deliver.no_dedupe_against_the_sweep", CONSUMER,
+    '        if message["seq"] <= session.floors.get(message["channel_id"], -1):',
+    "        if False:",
+    DCORE, DSWEEP,
+    why="a post swept at start and then published live is delivered twice")
+add("deliver.overtakes_the_sweep", CONSUMER,
+    "        if session.phase == PHASE_CURSOR:\n            # The session is catching up",
+    "        if False:\n            # The session is catching up",
+    DCORE, DSWEEP,
+    why="a live deliver during a catch-up sweep overtakes the backlog (out of order)")
+add("sweep.redelivers_acked", CONSUMER,
+    '                    if seq not in cur.above and row["deleted_at_ms"] is None:',
+    '                    if row["deleted_at_ms"] is None:',
+    t(DCURS, "test_sweep_skips_self_authored_and_acked_messages"),
+    why="an out-of-order ack above the mark is swept again at every start")
+add("sweep.includes_own_posts", DSTORE,
+    '"AND m.channel_seq > :after_seq AND m.author_account_id <> :agent_id "', '"AND m.channel_seq > :after_seq "',
+    t(DCURS, "test_sweep_skips_self_authored_and_acked_messages"),
+    why="an agent is swept its own messages")
+add("seed.replays_history", CURSORS,
+    "\"SELECT a.id, c.id, c.last_seq, '[]' FROM accounts a, channels c \"",
+    "\"SELECT a.id, c.id, 0, '[]' FROM accounts a, channels c \"",
+    t(DCURS, "test_seeds_home_on_creation_and_channels_on_subscribe_never_for_humans"),
+    why="a new subscriber is swept the channel's whole history")
+add("overrun.no_scan", CONSUMER,
+    "        self.sweep_all_live()\n        if self.options.scan_enabled:\n            self.scan()",
+    "        self.sweep_all_live()",
+    t(DREC, "test_lagged_overrun_leg_the_mention_in_the_dropped_window_is_owed"),
+    why="a mention in the window an overrun dropped is never routed")
+add("periodic.no_resweep_after_recovery", CONSUMER,
+    "        if self._resweep_live or recovered:", "        if self._resweep_live:",
+    t(DREC, "test_a_periodic_scan_that_finds_unseen_posts_pushes_them_to_live_subscribers"),
+    why="posts the periodic scan recovered are never pushed to live subscribers")
+add("flush.no_retry_one_by_one", CONSUMER,
+    "            if len(ids) > 1:\n                for message_id in ids:",
+    "            if False:\n                for message_id in ids:",
+    t(DREC, "test_a_failed_flush_retries_each_message_alone"),
+    why="one bad message keeps a whole batch unmarked until the next scan")
+add("wake.not_coalesced", WAKERS,
+    "            if last is not None and now - last < self.coalesce_ms:",
+    "            if False:",
+    t(DWAKE, "test_wakes_are_coalesced_per_agent_by_the_clock"),
+    why="every message wakes the agent again")
+
+# == backend-specific statements and the transient classification (store/engine.py) ===========
+ENGINE = "src/tidings/store/engine.py"
+add("pg.flush_reopens_acked", DSTORE,
+    "AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), ",
+    "AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO UPDATE SET acked_at_ms = NULL RETURNING 1), ",
+    t(DCURS, "test_an_ack_before_the_mention_pass_commits_is_never_undone"),
+    backend="postgres",
+    why="PostgreSQL's one-statement flush owes an acked mention again (its own statement, not SQLite's)")
+add("transient.sqlite_busy_is_deterministic", ENGINE,
+    "            return (code & 0xFF) in (5, 6)", "            return (code & 0xFF) in (6,)",
+    t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
+    why="SQLITE_BUSY classified as deterministic: a busy database quarantines frames")
+add("transient.pg_serialization_is_deterministic", ENGINE,
+    "    if isinstance(exc, (pgerr.SerializationFailure, pgerr.DeadlockDetected, pgerr.LockNotAvailable)):",
+    "    if isinstance(exc, (pgerr.DeadlockDetected, pgerr.LockNotAvailable)):",
+    t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
+    backend="postgres",
+    why="a PostgreSQL serialization failure classified as deterministic: the frame is quarantined")
