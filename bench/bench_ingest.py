@@ -25,6 +25,9 @@ from typing import Any
 
 from benchlib import INGEST_TABLES, PROJECTED_TABLES, Databases, Reporter, inbox_outcomes, latency_ms, raw_connect, ratio, table_counts
 
+# A batching bridge's request size for the "frames a request" run (the HTTP edge takes up to 1,000).
+BATCH = 100
+
 # Content columns compared between ours and the naive run: everything a reader can see,
 # minus the bookkeeping times (created/updated) and the few columns the naive statements
 # legitimately rewrite (a reaction's occurred/seq on every snapshot, a message's
@@ -108,7 +111,11 @@ def new_store(url: str, start_ms: int) -> tuple[Any, Any, dict[str, str]]:
 
 # -- ours -----------------------------------------------------------------------------------------
 def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str,
-             profile: str | None = None) -> dict[str, Any]:
+             profile: str | None = None, batch: int = 1) -> dict[str, Any]:
+    """Every frame through ``Ingest.append_body`` then ``drain_if_due``, as a bridge's
+    requests would arrive. ``batch`` > 1: what a batching bridge sends instead, the next
+    ``batch`` frames of the corpus as one ``{"frames": [...]}`` request per platform (one
+    transaction each, a savepoint per frame), each platform's frames in corpus order."""
     from tidings.errors import TidingsError
     from tidings.ingest.engine import Ingest
 
@@ -121,6 +128,8 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     commits_before = store.commits
     profiler = _profiler(profile)
     perf = time.perf_counter
+    if batch > 1:
+        return _run_batched(url, parsed, reporter, label, batch, store, clock, bridges, ingest, platform_of)
     with reporter.step(f"ingest: ours on {label}", total) as update:
         if profiler is not None:
             profiler.start()
@@ -166,6 +175,57 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     if profiler is not None:
         result["profile"] = _save_profile(profiler, profile)
     return result
+
+
+def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str, batch: int,
+                 store: Any, clock: Any, bridges: dict[str, str], ingest: Any,
+                 platform_of: dict[str, str]) -> dict[str, Any]:
+    from tidings.errors import TidingsError
+
+    total = len(parsed)
+    rejected = requests = 0
+    commits_before = store.commits
+    perf = time.perf_counter
+    with reporter.step(f"ingest: ours, {batch} frames a request, on {label}", total) as update:
+        started = perf()
+        for first in range(0, total, batch):
+            groups: dict[str, list[dict[str, Any]]] = {}
+            latest = 0
+            for raw in parsed[first:first + batch]:
+                if raw is None:
+                    rejected += 1
+                    continue
+                received = raw.get("received_at_ms")
+                if type(received) is int and received > latest:
+                    latest = received
+                groups.setdefault(_route(raw, platform_of), []).append(raw)
+            if latest:
+                clock.set(latest)
+            for platform, frames in groups.items():
+                requests += 1
+                try:
+                    ingest.append_body(bridges[platform], {"frames": frames}, platform)
+                except TidingsError:
+                    rejected += len(frames)  # a 400 at the HTTP edge rejects the whole request
+            ingest.worker.drain_if_due()
+            update(min(first + batch, total))
+        wall = perf() - started
+    commits = store.commits - commits_before
+    ingest.stop()
+    store.dispose()
+    outcomes = inbox_outcomes(url)
+    return {
+        "frames": total,
+        "frames_per_request": batch,
+        "requests": requests,
+        "wall_s": round(wall, 3),
+        "frames_per_s": round(total / wall, 1),
+        "commits": commits,
+        "commits_per_frame": round(commits / total, 4),
+        "rejected_at_append": rejected,
+        "outcomes": outcomes,
+        "unprocessed": outcomes["unprocessed"],
+    }
 
 
 # -- raw --------------------------------------------------------------------------------------------
@@ -304,13 +364,20 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
             f"ingest ours [{label}]: {ours['frames_per_s']:,.0f} frames/s, "
             f"{ours['commits_per_frame']:.3f} commits/frame, unprocessed {ours['unprocessed']}"
         )
+        batched_url = dbs.fresh(backend, "ingest_batched")
+        batched = run_ours(batched_url, parsed, reporter, label, batch=BATCH)
+        reporter.note(
+            f"ingest ours, {BATCH} frames a request [{label}]: {batched['frames_per_s']:,.0f} frames/s, "
+            f"{batched['commits_per_frame']:.3f} commits/frame, unprocessed {batched['unprocessed']}"
+        )
+        dbs.drop(batched_url)
         rows = dump(ours_url)
         raw_url = dbs.fresh(backend, "ingest_raw")
         raw = run_raw(raw_url, rows, frames, reporter, label)
         del rows
         reporter.note(f"ingest raw [{label}]: {raw['frames_per_s']:,.0f} frames/s ({raw['rows_inserted']:,} rows)")
         dbs.drop(raw_url)
-        entry: dict[str, Any] = {"ours": ours, "raw": raw}
+        entry: dict[str, Any] = {"ours": ours, "ours_batched": batched, "raw": raw}
         if backend in naive_on:
             naive_url = dbs.fresh(backend, "ingest_naive")
             naive = run_naive(naive_url, parsed, reporter, label)
@@ -333,6 +400,7 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
         entry["ratios"] = {
             "ours_over_naive": ratio(ours["frames_per_s"], entry.get("naive", {}).get("frames_per_s")),
             "ours_over_raw": ratio(ours["frames_per_s"], raw["frames_per_s"], 3),
+            "batched_over_ours": ratio(batched["frames_per_s"], ours["frames_per_s"]),
             "commits_per_frame_naive_over_ours": ratio(
                 entry.get("naive", {}).get("commits_per_frame"), ours["commits_per_frame"]
             ),

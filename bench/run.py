@@ -7,7 +7,8 @@ Sections (issue 5, item 4), each next to its baseline and its target:
 
 1. ingest frames/s over a synthetic corpus (``bench_ingest``): ours vs the raw
    ``executemany`` floor of the same final rows vs the naive per-frame "before"
-   (``naive_ingest.py``), plus commits per frame;
+   (``naive_ingest.py``), plus commits per frame, and ours again with a batching
+   bridge's requests (100 frames a request);
 2. post→steer latency p50/p99 at a fixed post rate with 10 agents connected
    (``bench_delivery.run_latency``); optionally the same over HTTP+SSE (``--http``);
 3. fan-out throughput into N subscribed agents' queues (``bench_delivery.run_fanout``);
@@ -306,6 +307,8 @@ def checks(results: dict[str, Any]) -> dict[str, Any]:
         ing = results.get("ingest", {}).get(backend)
         if ing:
             found[f"ingest.{backend}.ours.unprocessed"] = ing["ours"]["unprocessed"] == 0
+            if "ours_batched" in ing:
+                found[f"ingest.{backend}.batched.unprocessed"] = ing["ours_batched"]["unprocessed"] == 0
             if "naive" in ing:
                 found[f"ingest.{backend}.naive.unprocessed"] = ing["naive"]["unprocessed"] == 0
                 found[f"ingest.{backend}.naive.same_row_counts"] = ing["naive"]["rows_equal"]
@@ -387,6 +390,10 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"×{ing['ratios']['ours_over_naive']}", target, met)
         add("1 ingest", "frames/s", backend, fps, "raw executemany", raw["frames_per_s"],
             f"×{ing['ratios']['ours_over_raw']}", target if not naive else "", met if not naive else None)
+        batched = ing.get("ours_batched")
+        if batched:
+            add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,
+                batched["frames_per_s"], "ours, 1 a request", fps, f"×{ing['ratios']['batched_over_ours']}")
         cpf = ours["commits_per_frame"]
         add("1 ingest", "commits/frame", backend, cpf, "naive per-frame" if naive else "raw (1 tx)",
             naive["commits_per_frame"] if naive else raw["commits_per_frame"],

@@ -50,15 +50,17 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     assert results["checks"]["checked"], "no correctness check ran"
 
     ingest = results["ingest"][backend]
-    for way in ("ours", "raw", "naive"):
+    for way in ("ours", "ours_batched", "raw", "naive"):
         assert _number(ingest[way]["frames_per_s"]) and _number(ingest[way]["commits_per_frame"])
-    for way in ("ours", "naive"):
+    for way in ("ours", "ours_batched", "naive"):
         assert ingest[way]["unprocessed"] == 0
         assert ingest[way]["outcomes"]["applied"] > 0
     assert ingest["naive"]["rows"] == ingest["ours"]["rows"]
     assert ingest["naive"]["content_equal"] is True
     assert ingest["raw"]["rows_inserted"] > 0
-    assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "commits_per_frame_naive_over_ours"}
+    assert ingest["ours_batched"]["commits"] < ingest["ours"]["commits"]  # one commit a request, not a frame
+    assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "batched_over_ours",
+                                     "commits_per_frame_naive_over_ours"}
 
     latency = results["latency"][backend]
     assert latency["missing_steers"] == 0 and latency["mentioned_also_delivered"] == 0
