@@ -343,6 +343,21 @@ add("receipt.others_move_our_cursor", PROJ_SRC,
     '        if ev.status != "read" or not ev.actor.is_self:', '        if ev.status != "read":',
     t(PROJ, "test_read_cursor_moves_on_self_read_receipts_only_and_only_forwards"),
     why="someone else's read receipt marks the conversation read for us")
+add("receipt.no_lookup_by_remote_id", PROJ_SRC,
+    "            if at is None and self.platform in RECEIPTS_LOCATE_BY_REMOTE_ID:",
+    "            if False:",
+    t(PROJ, "test_signal_read_sync_finds_a_group_message_by_its_remote_id"),
+    why="a Signal group message read on another device never moves the group's read cursor")
+add("receipt.ambiguous_remote_id_places", BMSG,
+    "    return tuple(rows[0]) if len(rows) == 1 else None",
+    "    return tuple(rows[0]) if rows else None",
+    t(PROJ, "test_signal_read_sync_finds_a_group_message_by_its_remote_id"),
+    why="a read naming an id two conversations hold moves one of them at random")
+add("receipt.lookup_off_signal", PROJ_SRC,
+    'RECEIPTS_LOCATE_BY_REMOTE_ID = frozenset({"signal"})',
+    'RECEIPTS_LOCATE_BY_REMOTE_ID = frozenset({"signal", "whatsapp", "google"})',
+    t(PROJ, "test_a_read_receipt_never_crosses_conversations_off_signal"),
+    why="a WhatsApp receipt for one chat marks another chat's message read")
 
 # == decoders ===============================================================================
 add("google.microseconds_kept", GOOGLE,

@@ -253,6 +253,49 @@ def test_read_cursor_moves_on_self_read_receipts_only_and_only_forwards(store):
     assert w.counts()["receipts_self"] == 2 and w.counts()["receipts_dropped"] == 5
 
 
+def test_signal_read_sync_finds_a_group_message_by_its_remote_id(store):
+    """signal-cli's ``syncMessage.readMessages`` names the sender and the timestamp, never
+    the group, so the decoder can only aim the receipt at the sender's direct chat. A
+    Signal message id (``<author>:<timestamp>``) is unique on its bridge, so a read the
+    direct chat does not hold is looked up by remote id across the bridge: the group's
+    cursor moves. Each conversation's cursor moves to its own newest message named."""
+    w = World(store, "signal")
+    grp = "signal-group:R3JvdXA="
+    me = sref("+15559999", self_=True)
+    w.frame([msg(grp, "bob:10", sref(BOB), at=1_000), msg(grp, "bob:11", sref(BOB), at=2_000),
+             msg(SIG, "bob:20", sref(BOB), at=3_000)])
+
+    def cursor(remote):
+        return w.one("SELECT last_read_message_id, last_read_at_ms FROM read_cursors WHERE conversation_id = ?",
+                     w.conv_id(remote))
+
+    assert w.frame([receipt(SIG, ["bob:10"], me, at=5_000)])
+    assert cursor(grp) == (w.msg_id(grp, "bob:10"), 5_000)
+    assert cursor(SIG) is None
+    # one receipt naming messages of both conversations moves both cursors
+    assert w.frame([receipt(SIG, ["bob:11", "bob:20", "bob:404"], me, at=6_000)])
+    assert cursor(grp) == (w.msg_id(grp, "bob:11"), 6_000)
+    assert cursor(SIG) == (w.msg_id(SIG, "bob:20"), 6_000)
+    assert not w.frame([receipt(SIG, ["bob:10"], me, at=7_000)])  # backwards in the group: no write
+    assert w.counts()["receipts_self"] == 3 and w.counts()["receipts_dropped"] == 1
+    # an id two conversations hold places nothing: which one was read is unknowable
+    other = "signal-group:T3RoZXI="
+    w.frame([msg(grp, "bob:30", sref(BOB), at=8_000), msg(other, "bob:30", sref(BOB), at=8_000)])
+    assert not w.frame([receipt(SIG, ["bob:30"], me, at=9_000)])
+    assert cursor(grp) == (w.msg_id(grp, "bob:11"), 6_000) and cursor(other) is None
+
+
+def test_a_read_receipt_never_crosses_conversations_off_signal(store):
+    """The cross-conversation lookup is Signal's alone: a WhatsApp receipt names its chat,
+    and a message of the same remote id in another chat is not the one it read."""
+    w = World(store, "whatsapp")
+    wa = lambda raw: ref(raw, platform="whatsapp")  # noqa: E731
+    me = ref("15559999@s.whatsapp.net", self_=True, platform="whatsapp")
+    w.frame([msg("123@g.us", "ABC", wa("15550100@s.whatsapp.net"), at=1_000)])
+    assert not w.frame([receipt("15550100@s.whatsapp.net", ["ABC"], me, at=5_000)])
+    assert w.one("SELECT COUNT(*) FROM read_cursors") == (0,)
+
+
 # -- conversations -----------------------------------------------------------------------
 def test_conversation_event_writes_row_identities_and_roster(store):
     w = World(store, "google")

@@ -78,6 +78,27 @@ def test_every_fixture_of_every_codec_is_applied(store, ingest, clock):
     assert sum(c["projected"] for c in per_bridge.values()) == len(FIXTURE_PAYLOADS)
 
 
+def test_a_signal_read_sync_moves_the_group_cursor_through_the_real_decoder(store, ingest, clock):
+    """signal-cli's read sync names Bob and the timestamp of his message in the Family
+    group, not the group: the real decoder aims it at Bob's direct chat, and the
+    projection finds the group message by its remote id (``signal_group_quote.json`` is the
+    message ``signal_sync_read.json`` reads)."""
+    bridge = create_bridge(store, platform="signal", name="s")["id"]
+    for name in ("signal_group_quote.json", "signal_sync_read.json"):
+        payload = json.loads((FIXTURES / name).read_text())
+        ingest.append_body(bridge, frame("signal.jsonrpc", payload), "signal")
+        clock.advance(1)
+    assert ingest.drain().applied == 2
+    with store.read() as tx:
+        rows = tx.raw(
+            "SELECT c.remote_conversation_id, m.remote_message_id, r.last_read_at_ms FROM read_cursors r "
+            "JOIN conversations c ON c.id = r.conversation_id JOIN bridge_messages m ON m.id = r.last_read_message_id"
+        ).fetchall()
+    group = "signal-group:q2Vn0aRZ8f0yX8Tt6cJmK1x4Wn9bYl3eQvPzA5oHs7c="
+    assert [tuple(r) for r in rows] == [(group, "9b2f6d3c-8e4a-4f1d-a7c2-5d3e1f0b9c22:1717160300000", 1717161200000)]
+    assert ingest.status()["per_bridge"][bridge]["receipts_self"] == 1
+
+
 def test_transient_failure_in_the_reactions_step_rolls_the_whole_frame_back(store, ingest, clock, monkeypatch):
     bridge = create_bridge(store, platform="google", name="g")["id"]
     payload = json.loads((FIXTURES / "google_message_reactions.json").read_text())

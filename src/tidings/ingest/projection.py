@@ -135,6 +135,13 @@ def identity_id_for(bridge_id: str, kind: str, canonical: str) -> str:
     return derive_id("idn", "identity", bridge_id, kind, canonical)
 
 
+# Platforms whose read receipts may name a message outside the conversation they name:
+# signal-cli's read syncs carry the sender, never the group, and a Signal message id
+# (``<author>:<timestamp>``) is unique on its bridge, so a miss in the named conversation
+# is looked up by remote id across the bridge (one match, or nothing).
+RECEIPTS_LOCATE_BY_REMOTE_ID = frozenset({"signal"})
+
+
 # Pure functions of their arguments, asked again and again for the same conversations
 # (and for the messages that mutations, reactions and receipts target): remembered.
 @lru_cache(maxsize=8192)
@@ -472,16 +479,24 @@ class _Frame:
         if ev.status != "read" or not ev.actor.is_self:
             self.count("receipts_dropped")
             return
-        best: tuple[int, str] | None = None
+        home = self.conv_id(ev.remote_conversation_id)
+        best: dict[str, tuple[int, str]] = {}  # conversation id -> its newest message named
         for remote_message_id in ev.remote_message_ids:
-            mid = message_id_for(self.bridge_id, ev.remote_conversation_id, remote_message_id)
+            conv, mid = home, message_id_for(self.bridge_id, ev.remote_conversation_id, remote_message_id)
             at = bridge_messages.occurred_at(self.tx, mid)
-            if at is not None and (best is None or (at, mid) > best):
-                best = (at, mid)
-        if best is not None and read_cursors.advance(
-            self.tx, conversation_id=self.conv_id(ev.remote_conversation_id), bridge_id=self.bridge_id,
-            message_id=best[1], message_at_ms=best[0], read_at_ms=ev.occurred_at_ms, now=self.now,
-        ):
-            self.wrote("receipts_self")
-        else:
+            if at is None and self.platform in RECEIPTS_LOCATE_BY_REMOTE_ID:
+                found = bridge_messages.locate_remote(self.tx, self.bridge_id, remote_message_id)
+                if found is not None:
+                    mid, conv, at = found
+            if at is not None and (conv not in best or (at, mid) > best[conv]):
+                best[conv] = (at, mid)
+        wrote = False
+        for conv, (at, mid) in best.items():
+            if read_cursors.advance(
+                self.tx, conversation_id=conv, bridge_id=self.bridge_id,
+                message_id=mid, message_at_ms=at, read_at_ms=ev.occurred_at_ms, now=self.now,
+            ):
+                wrote = True
+                self.wrote("receipts_self")
+        if not wrote:
             self.count("receipts_dropped")

@@ -61,6 +61,11 @@ DELETE = Stmt(
 )
 EXISTS = Stmt("SELECT 1 FROM bridge_messages WHERE id = :id", name="bridge_messages.exists")
 OCCURRED = Stmt("SELECT occurred_at_ms FROM bridge_messages WHERE id = :id", name="bridge_messages.occurred")
+BY_REMOTE = Stmt(
+    "SELECT id, conversation_id, occurred_at_ms FROM bridge_messages "
+    "WHERE bridge_id = :bridge_id AND remote_message_id = :remote_message_id LIMIT 2",
+    name="bridge_messages.by_remote",
+)
 
 # -- reads -------------------------------------------------------------------------------
 _READ_COLUMNS = (
@@ -206,6 +211,14 @@ def exists(tx: Tx, message_id: str) -> bool:
 
 def occurred_at(tx: Tx, message_id: str) -> int | None:
     return tx.scalar(OCCURRED, {"id": message_id})
+
+
+def locate_remote(tx: Tx, bridge_id: str, remote_message_id: str) -> tuple[str, str, int] | None:
+    """``(id, conversation_id, occurred_at_ms)`` of the one message of ``bridge_id`` with
+    that remote id, in whichever conversation; None when there is none, or more than one
+    (an ambiguous id places nothing)."""
+    rows = tx.all(BY_REMOTE, {"bridge_id": bridge_id, "remote_message_id": remote_message_id})
+    return tuple(rows[0]) if len(rows) == 1 else None  # type: ignore[return-value]
 
 
 # -- reads -------------------------------------------------------------------------------

@@ -73,8 +73,10 @@ What becomes what
   data message, but outgoing and authored by ``self``; its ``editMessage`` -> edit of
   ``self:<targetSentTimestamp>`` (the reference ignores these; we apply them).
 * ``syncMessage.readMessages`` -> our own read receipts, one ReceiptEvent per sender in
-  ``signal:<sender>``. Group messages read elsewhere cannot be placed in their group
-  (the sync carries no group id), so those target ids simply find nothing.
+  ``signal:<sender>``. The sync carries no group id, so a group message read elsewhere
+  is aimed at the sender's direct chat; the projection, finding it not there, looks the
+  message id up across the bridge (a Signal message id is unique on its bridge) and
+  moves the group's read cursor (``RECEIPTS_LOCATE_BY_REMOTE_ID``).
 * ``receiptMessage`` -> ReceiptEvent for ``self:<timestamp>`` ids in
   ``signal:<source>`` (``isDelivery`` -> delivered, ``isRead``/``isViewed`` -> read).
   The same caveat holds for group messages: receipts do not name the group.
