@@ -359,6 +359,18 @@ add("receipt.lookup_off_signal", PROJ_SRC,
     t(PROJ, "test_a_read_receipt_never_crosses_conversations_off_signal"),
     why="a WhatsApp receipt for one chat marks another chat's message read")
 
+# == conversation paging ======================================================================
+add("paging.ties_skipped_messages", BMSG,
+    '"WHERE m.conversation_id = :conversation_id AND (m.occurred_at_ms, m.id) < (:before_ms, :before_id) "',
+    '"WHERE m.conversation_id = :conversation_id AND m.occurred_at_ms < :before_ms AND :before_id = :before_id "',
+    "tests/ingest/test_api_conversations.py::test_paging_with_the_answers_cursor_sees_every_message_once_through_equal_times",
+    why="paging a conversation with the answer's cursor skips the rest of a millisecond")
+add("paging.ties_skipped_conversations", CONVS,
+    '"WHERE bridge_id = :bridge_id AND (last_message_at_ms, id) < (:before_ms, :before_id) "',
+    '"WHERE bridge_id = :bridge_id AND last_message_at_ms < :before_ms AND :before_id = :before_id "',
+    "tests/ingest/test_api_conversations.py::test_paging_with_the_answers_cursor_sees_every_message_once_through_equal_times",
+    why="paging a bridge's conversations skips the rest of a millisecond")
+
 # == decoders ===============================================================================
 add("google.microseconds_kept", GOOGLE,
     "        occurred = micros // 1000\n", "        occurred = micros\n",

@@ -106,6 +106,48 @@ def test_messages_of_a_conversation(client, world):
     assert [m["remote_message_id"] for m in page] == ["bob:1"] and len(page[0]["reactions"]) == 2
 
 
+def _walk(client, path, key, token, limit):
+    """Page newest first with the answer's own cursor until it says there is no more."""
+    seen, query, pages = [], f"limit={limit}", 0
+    while True:
+        body = client.get(f"{path}?{query}", headers=auth(token)).json()
+        seen += body[key]
+        pages += 1
+        assert pages < 50, "paging never ended"
+        if body["next_before_ms"] is None:
+            assert body["next_before_id"] is None
+            return seen
+        assert len(body[key]) == limit
+        query = f"limit={limit}&before_ms={body['next_before_ms']}&before_id={body['next_before_id']}"
+
+
+def test_paging_with_the_answers_cursor_sees_every_message_once_through_equal_times(client, world):
+    """Several messages share a millisecond across page boundaries: ``before_ms`` alone
+    (strictly older) would skip the rest of a tie; the answer's ``next_before_ms`` and
+    ``next_before_id`` resume exactly after the last row shown, (time, id) descending."""
+    w = world["w"]
+    bob = ref("+15550100", "Bob", platform="signal")
+    w.frame([msg(SIG, f"bob:t{i}", bob, body=f"tie {i}", at=8_000) for i in range(5)])
+    w.frame([msg(f"signal-group:tie{i}", f"bob:g{i}", bob, at=9_000) for i in range(4)])
+    token = world["owner"]["token"]
+    cid = w.conv_id(SIG)
+    everything = client.get(f"/api/v1/conversations/{cid}/messages", headers=auth(token)).json()
+    assert everything["next_before_ms"] is None and len(everything["messages"]) == 8
+    for limit in (1, 2, 3):
+        walked = _walk(client, f"/api/v1/conversations/{cid}/messages", "messages", token, limit)
+        assert [m["id"] for m in walked] == [m["id"] for m in everything["messages"]], limit
+    convs = client.get(f"/api/v1/bridges/{w.bridge_id}/conversations", headers=auth(token)).json()
+    assert len(convs["conversations"]) == 6
+    for limit in (1, 2, 4):
+        walked = _walk(client, f"/api/v1/bridges/{w.bridge_id}/conversations", "conversations", token, limit)
+        assert [c["id"] for c in walked] == [c["id"] for c in convs["conversations"]], limit
+    # before_ms alone keeps its contract meaning: strictly older
+    older = client.get(f"/api/v1/conversations/{cid}/messages?before_ms=8000", headers=auth(token)).json()
+    assert [m["remote_message_id"] for m in older["messages"]] == ["bob:3", "self:2", "bob:1"]
+    bad = client.get(f"/api/v1/conversations/{cid}/messages?before_id=x", headers=auth(token))
+    assert bad.status_code == 400 and "before_ms" in bad.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("reader", ["admin", "owner", "agent"])
 def test_admin_owner_and_owners_agent_may_read(client, world, reader):
     headers = client.admin if reader == "admin" else auth(world[reader]["token"])

@@ -105,11 +105,16 @@ async def agent_flow(client: Client, w: Any) -> dict[str, Any]:
     newest = await call(client, "get_conversation_messages", conversation_id=w.conversation_id, limit=2)
     assert newest["contains_untrusted_text"] is True and len(newest["messages"]) == 2
     assert newest["messages"][0]["body"] == "dinner at 7!"
+    assert newest["next_before_id"] == newest["messages"][-1]["id"]
     older = await call(client, "get_conversation_messages", conversation_id=w.conversation_id,
-                       before_ms=newest["next_before_ms"])
-    assert older["messages"] and all(m["occurred_at_ms"] < newest["next_before_ms"] for m in older["messages"])
+                       before_ms=newest["next_before_ms"], before_id=newest["next_before_id"])
+    assert older["messages"] and all(
+        (m["occurred_at_ms"], m["id"]) < (newest["next_before_ms"], newest["next_before_id"])
+        for m in older["messages"])
     everything = await call(client, "get_conversation_messages", conversation_id=w.conversation_id)
-    assert everything["next_before_ms"] is None
+    assert everything["next_before_ms"] is None and everything["next_before_id"] is None
+    assert "before_id needs before_ms" in await fails(
+        client, "get_conversation_messages", conversation_id=w.conversation_id, before_id=newest["next_before_id"])
     assert [m["id"] for m in everything["messages"]] == [m["id"] for m in newest["messages"] + older["messages"]]
 
     # search: bot's channels and the owner's bridge; never the private channel

@@ -1,10 +1,16 @@
 """Bridge conversation reads (CONTRACT §2 Bridges).
 
-* ``GET /api/v1/bridges/{id}/conversations[?limit=&before_ms=]`` — the bridge's
-  conversations, most recent message first (``limit`` default 100, at most 1000;
+* ``GET /api/v1/bridges/{id}/conversations[?limit=&before_ms=&before_id=]`` — the
+  bridge's conversations, most recent message first (``limit`` default 100, at most 1000;
   ``before_ms`` keeps conversations whose last message is strictly older);
-* ``GET /api/v1/conversations/{id}/messages[?limit=&before_ms=]`` — newest first,
-  ``limit`` default 100, at most 1000, ``before_ms`` strictly older; active reactions only.
+* ``GET /api/v1/conversations/{id}/messages[?limit=&before_ms=&before_id=]`` — newest
+  first, ``limit`` default 100, at most 1000, ``before_ms`` strictly older; active
+  reactions only.
+
+Both answers add ``next_before_ms`` and ``next_before_id`` (None on the last page): passed
+back together they resume right after the last row shown, on ``(time, id)``, so rows that
+share a millisecond across a page boundary are neither skipped nor repeated (``before_ms``
+alone would skip the rest of the tie).
 
 Who may read: the admin, the bridge's owner, and agents whose owner is the bridge's owner.
 Everyone else (other humans, other agents, bridge tokens) gets 404, exactly as for an
@@ -31,6 +37,7 @@ from . import deps
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
 MAX_BEFORE_MS = bridge_messages.FAR_FUTURE_MS
+MAX_ID_LEN = 200
 NOBODY = "\x00nobody"  # readable_owner() of a caller who may read no bridge
 
 router = APIRouter()
@@ -123,22 +130,45 @@ def public_message(row: dict[str, Any], reactions_of: list[dict[str, Any]]) -> d
 
 # -- use cases (also for the MCP tools) --------------------------------------------------
 def list_conversations(tx: Tx, who: Principal, bridge_id: str, *, limit: int = DEFAULT_LIMIT,
-                       before_ms: int | None = None) -> list[dict[str, Any]]:
+                       before_ms: int | None = None, before_id: str = "") -> list[dict[str, Any]]:
     _visible_bridge(tx, who, bridge_id)
-    rows = conversations.list_of_bridge(tx, bridge_id, limit=limit, before_ms=before_ms)
+    rows = conversations.list_of_bridge(tx, bridge_id, limit=limit, before_ms=before_ms, before_id=before_id)
     return [public_conversation(r) for r in rows]
 
 
 def conversation_messages(tx: Tx, who: Principal, conversation_id: str, *, limit: int = DEFAULT_LIMIT,
-                          before_ms: int | None = None) -> list[dict[str, Any]]:
+                          before_ms: int | None = None, before_id: str = "") -> list[dict[str, Any]]:
     _visible_conversation(tx, who, conversation_id)
-    rows = bridge_messages.of_conversation(tx, conversation_id, limit=limit, before_ms=before_ms)
+    rows = bridge_messages.of_conversation(tx, conversation_id, limit=limit, before_ms=before_ms, before_id=before_id)
     if not rows:
         return []
     by_message = reactions.active_of_listed(
-        tx, conversation_id, limit=limit, before_ms=bridge_messages.FAR_FUTURE_MS if before_ms is None else before_ms
+        tx, conversation_id, limit=limit,
+        before_ms=bridge_messages.FAR_FUTURE_MS if before_ms is None else before_ms, before_id=before_id,
     )
     return [public_message(r, by_message.get(r["id"], [])) for r in rows]
+
+
+def next_page(rows: list[dict[str, Any]], limit: int, time_key: str) -> dict[str, Any]:
+    """The cursor of the page after ``rows``: the last row's time and id, to pass back as
+    ``before_ms`` and ``before_id``; both None when the page was not full (nothing older)."""
+    if len(rows) < limit or not rows:
+        return {"next_before_ms": None, "next_before_id": None}
+    last = rows[-1]
+    return {"next_before_ms": last[time_key] or 0, "next_before_id": last["id"]}
+
+
+def paging_params(limit: str | None, before_ms: str | None, before_id: str | None) -> tuple[int, int | None, str]:
+    """``limit``, ``before_ms`` and ``before_id`` of a request, checked (a 400 otherwise)."""
+    lim = _int_param(limit, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
+    before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
+    if before_id is not None:
+        if before is None:
+            raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)",
+                             code="bad_param")
+        if not before_id or len(before_id) > MAX_ID_LEN:
+            raise BadRequest(f"before_id must be 1 to {MAX_ID_LEN} characters", code="bad_param")
+    return lim, before, before_id or ""
 
 
 # -- routes ------------------------------------------------------------------------------
@@ -148,12 +178,13 @@ def get_conversations(
     request: Request,
     limit: str | None = None,
     before_ms: str | None = None,
+    before_id: str | None = None,
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    lim = _int_param(limit, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
-    before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
+    lim, before, after_row = paging_params(limit, before_ms, before_id)
     with deps.runtime(request).store.read() as tx:
-        return {"conversations": list_conversations(tx, who, bridge_id, limit=lim, before_ms=before)}
+        convs = list_conversations(tx, who, bridge_id, limit=lim, before_ms=before, before_id=after_row)
+    return {"conversations": convs, **next_page(convs, lim, "last_message_at_ms")}
 
 
 @router.get("/api/v1/conversations/{conversation_id}/messages")
@@ -162,12 +193,13 @@ def get_conversation_messages(
     request: Request,
     limit: str | None = None,
     before_ms: str | None = None,
+    before_id: str | None = None,
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    lim = _int_param(limit, "limit", default=DEFAULT_LIMIT, lo=1, hi=MAX_LIMIT)
-    before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
+    lim, before, after_row = paging_params(limit, before_ms, before_id)
     with deps.runtime(request).store.read() as tx:
-        return {"messages": conversation_messages(tx, who, conversation_id, limit=lim, before_ms=before)}
+        msgs = conversation_messages(tx, who, conversation_id, limit=lim, before_ms=before, before_id=after_row)
+    return {"messages": msgs, **next_page(msgs, lim, "occurred_at_ms")}
 
 
 def install(app: FastAPI, runtime: Any) -> None:

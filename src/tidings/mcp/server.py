@@ -178,24 +178,32 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
             Field(ge=0, le=conversations_api.MAX_BEFORE_MS,
                   description="Only conversations whose last message is strictly older (paging)."),
         ] = None,
+        before_id: Annotated[
+            str | None,
+            Field(min_length=1, max_length=conversations_api.MAX_ID_LEN,
+                  description="With before_ms: resume right after this conversation (pass next_before_id)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Bridged conversations (Signal, WhatsApp, Google Messages) of the bridges your
-        owner owns, most recent message first."""
+        owner owns, most recent message first. Pass ``next_before_ms`` and
+        ``next_before_id`` back as ``before_ms`` and ``before_id`` for the next page."""
         who = agent(ctx)
+        if before_id is not None and before_ms is None:
+            raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)")
+        page = {"limit": limit, "before_ms": before_ms, "before_id": before_id or ""}
         with store.read() as tx:
             if bridge_id is not None:
-                convs = conversations_api.list_conversations(tx, who, bridge_id, limit=limit, before_ms=before_ms)
+                convs = conversations_api.list_conversations(tx, who, bridge_id, **page)
             else:
                 owner = conversations_api.readable_owner(tx, who)
                 convs = []
                 if owner != conversations_api.NOBODY:
                     for bridge in inbox_store.bridges(tx, owner):
-                        convs += conversations_api.list_conversations(
-                            tx, who, bridge["id"], limit=limit, before_ms=before_ms
-                        )
+                        convs += conversations_api.list_conversations(tx, who, bridge["id"], **page)
+                # the same (time, id) order each bridge's page was cut in
                 convs.sort(key=lambda c: (c["last_message_at_ms"] or 0, c["id"]), reverse=True)
                 convs = convs[:limit]
-        return _untrusted({"conversations": convs})
+        return _untrusted({"conversations": convs, **conversations_api.next_page(convs, limit, "last_message_at_ms")})
 
     @mcp.tool(annotations=_READ_ONLY)
     @_domain_errors
@@ -208,19 +216,27 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
             Field(ge=0, le=conversations_api.MAX_BEFORE_MS,
                   description="Only messages strictly older than this (pass next_before_ms to page back)."),
         ] = None,
+        before_id: Annotated[
+            str | None,
+            Field(min_length=1, max_length=conversations_api.MAX_ID_LEN,
+                  description="With before_ms: resume right after this message (pass next_before_id)."),
+        ] = None,
     ) -> dict[str, Any]:
         """Messages of a bridged conversation, newest first, with their active reactions.
-        Pass ``next_before_ms`` back as ``before_ms`` for older ones."""
+        Pass ``next_before_ms`` and ``next_before_id`` back as ``before_ms`` and
+        ``before_id`` for older ones (messages sharing a millisecond are never skipped)."""
         who = agent(ctx)
+        if before_id is not None and before_ms is None:
+            raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)")
         with store.read() as tx:
             msgs = conversations_api.conversation_messages(
-                tx, who, conversation_id, limit=limit, before_ms=before_ms
+                tx, who, conversation_id, limit=limit, before_ms=before_ms, before_id=before_id or ""
             )
         return _untrusted(
             {
                 "conversation_id": conversation_id,
                 "messages": msgs,
-                "next_before_ms": msgs[-1]["occurred_at_ms"] if len(msgs) == limit else None,
+                **conversations_api.next_page(msgs, limit, "occurred_at_ms"),
             }
         )
 

@@ -75,7 +75,7 @@ _READ_COLUMNS = (
 )
 OF_CONVERSATION = Stmt(
     f"SELECT {_READ_COLUMNS} FROM bridge_messages m LEFT JOIN identities i ON i.id = m.sender_identity_id "
-    "WHERE m.conversation_id = :conversation_id AND m.occurred_at_ms < :before_ms "
+    "WHERE m.conversation_id = :conversation_id AND (m.occurred_at_ms, m.id) < (:before_ms, :before_id) "
     "ORDER BY m.occurred_at_ms DESC, m.id DESC LIMIT :limit",
     name="bridge_messages.of_conversation",
 )
@@ -223,11 +223,13 @@ def locate_remote(tx: Tx, bridge_id: str, remote_message_id: str) -> tuple[str, 
 
 # -- reads -------------------------------------------------------------------------------
 def of_conversation(
-    tx: Tx, conversation_id: str, *, limit: int = 100, before_ms: int | None = None
+    tx: Tx, conversation_id: str, *, limit: int = 100, before_ms: int | None = None, before_id: str = ""
 ) -> list[dict[str, Any]]:
     """A conversation's messages, newest first (``occurred_at_ms`` then id, descending).
 
-    ``before_ms`` keeps messages strictly older than it.
+    Keyset paging on ``(occurred_at_ms, id)``: ``before_ms`` alone keeps messages strictly
+    older (``before_id`` ``""`` sorts below every id); with the last row's id as
+    ``before_id``, the next page resumes right after that row, ties included.
     """
     return tx.mappings(
         OF_CONVERSATION,
@@ -235,6 +237,7 @@ def of_conversation(
             "conversation_id": conversation_id,
             "limit": limit,
             "before_ms": FAR_FUTURE_MS if before_ms is None else before_ms,
+            "before_id": before_id,
         },
     )
 

@@ -101,12 +101,13 @@ CONVERSATION_COLUMNS = (
 )
 BY_ID = Stmt(f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = :id", name="conversations.by_id")
 _LISTED = (
-    "SELECT id FROM conversations WHERE bridge_id = :bridge_id AND last_message_at_ms < :before_ms "
+    "SELECT id FROM conversations WHERE bridge_id = :bridge_id "
+    "AND (last_message_at_ms, id) < (:before_ms, :before_id) "
     "ORDER BY last_message_at_ms DESC, id DESC LIMIT :limit"
 )
 LIST_OF_BRIDGE = Stmt(
     f"SELECT {CONVERSATION_COLUMNS} FROM conversations "
-    "WHERE bridge_id = :bridge_id AND last_message_at_ms < :before_ms "
+    "WHERE bridge_id = :bridge_id AND (last_message_at_ms, id) < (:before_ms, :before_id) "
     "ORDER BY last_message_at_ms DESC, id DESC LIMIT :limit",
     name="conversations.list_of_bridge",
 )
@@ -323,16 +324,22 @@ def by_id(tx: Tx, conversation_id: str) -> dict[str, Any] | None:
 
 
 def list_of_bridge(
-    tx: Tx, bridge_id: str, *, limit: int = 100, before_ms: int | None = None
+    tx: Tx, bridge_id: str, *, limit: int = 100, before_ms: int | None = None, before_id: str = ""
 ) -> list[dict[str, Any]]:
-    """Conversations of a bridge, most recent message first, each with ``participants``.
+    """Conversations of a bridge, most recent message first (then id), each with
+    ``participants``.
 
-    ``before_ms`` keeps conversations whose last message is strictly older.
+    Keyset paging on ``(last_message_at_ms, id)``: ``before_ms`` alone keeps conversations
+    whose last message is strictly older (``before_id`` ``""`` sorts below every id);
+    with the last row's ``before_id`` too, the next page resumes right after that row, so
+    conversations sharing a millisecond across a page boundary are neither skipped nor
+    repeated.
     """
     params = {
         "bridge_id": bridge_id,
         "limit": limit,
         "before_ms": FAR_FUTURE_MS if before_ms is None else before_ms,
+        "before_id": before_id,
     }
     rows = tx.mappings(LIST_OF_BRIDGE, params)
     if not rows:

@@ -88,7 +88,8 @@ ACTIVE_OF_LISTED = Stmt(
     "SELECT r.message_id, r.emoji, r.reactor_key, r.reactor_identity_id, r.reactor_is_self, i.raw, "
     "i.display_name FROM reactions r LEFT JOIN identities i ON i.id = r.reactor_identity_id "
     "WHERE r.state = 'active' AND r.message_id IN ("
-    "SELECT id FROM bridge_messages WHERE conversation_id = :conversation_id AND occurred_at_ms < :before_ms "
+    "SELECT id FROM bridge_messages WHERE conversation_id = :conversation_id "
+    "AND (occurred_at_ms, id) < (:before_ms, :before_id) "
     "ORDER BY occurred_at_ms DESC, id DESC LIMIT :limit) "
     "ORDER BY r.message_id, r.occurred_at_ms, r.reactor_key",
     name="reactions.active_of_listed",
@@ -233,13 +234,14 @@ def advance_fence(tx: Tx, message_id: str, bridge_id: str, source_seq_ms: int, n
 
 # -- reads -------------------------------------------------------------------------------
 def active_of_listed(
-    tx: Tx, conversation_id: str, *, limit: int, before_ms: int
+    tx: Tx, conversation_id: str, *, limit: int, before_ms: int, before_id: str = ""
 ) -> dict[str, list[dict[str, Any]]]:
     """Active reactions of the messages ``bridge_messages.of_conversation`` lists with the
     same arguments, grouped by message id."""
     out: dict[str, list[dict[str, Any]]] = {}
     for row in tx.all(
-        ACTIVE_OF_LISTED, {"conversation_id": conversation_id, "limit": limit, "before_ms": before_ms}
+        ACTIVE_OF_LISTED,
+        {"conversation_id": conversation_id, "limit": limit, "before_ms": before_ms, "before_id": before_id},
     ):
         out.setdefault(row[0], []).append(_reaction(row))
     return out
