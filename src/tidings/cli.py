@@ -194,13 +194,22 @@ def corpus_synth(
 def mcp(
     token: str = typer.Option(..., "--token", help="Agent token."),
     db: Optional[str] = DbOption,
+    url: Optional[str] = typer.Option(
+        None, "--url", help="A running hub's base URL: forward to its /mcp (posts are routed at once)."
+    ),
 ) -> None:
-    """Serve the MCP tools over stdio for one agent."""
+    """Serve the MCP tools over stdio for one agent: on the database (--db), or in front of
+    a running hub (--url)."""
+    if url and db:
+        fail("give either --db (the store itself) or --url (a running hub), not both")
     try:
-        from .mcp.stdio import run_stdio
+        if url:
+            from .mcp.proxy import run_proxy
+        else:
+            from .mcp.stdio import run_stdio
     except ModuleNotFoundError:
         fail("MCP is not available in this build")
-    sys.exit(run_stdio(resolve_db(db), token))
+    sys.exit(run_proxy(url, token) if url else run_stdio(resolve_db(db), token))
 
 
 def main() -> None:

@@ -107,3 +107,48 @@ def test_a_database_without_a_hub_is_refused_and_not_bootstrapped(tmp_path, back
             assert not accounts_store.admin_token_exists(tx)
     finally:
         store.dispose()
+
+
+# -- stdio in front of a running hub: ``tidings mcp --url URL --token T`` -------------------
+@asynccontextmanager
+async def mcp_stdio_proxy(url: str, token: str) -> AsyncIterator[Client]:
+    argv = command("mcp", "--token", token, "--url", url)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env={"TIDINGS_LOG_LEVEL": "ERROR"})
+    async with Client(params) as client:
+        yield client
+
+
+def test_stdio_in_front_of_the_hub_routes_a_mention_at_once(hub):
+    """With ``--url`` the stdio process holds no store: every call goes to the hub's
+    ``/mcp`` with the agent's token, so a post goes through the hub's bus and its mention
+    is routed at once, with no scan (compare ``test_agent_tools_over_stdio``)."""
+
+    async def main():
+        recovered = hub.runtime.delivery.status()["scan_recovered"]
+        async with mcp_stdio_proxy(hub.url, hub.token("bot")) as client:
+            mine = await agent_flow(client, hub)
+            hub.runtime.delivery.wait_idle()
+            assert hub.owed("other") == [mine["id"]]  # no clock advance, no scan
+            assert hub.runtime.delivery.status()["scan_recovered"] == recovered
+        async with mcp_stdio_proxy(hub.url, hub.token("strangers_bot")) as client:
+            await stranger_flow(client, hub, mine["id"])
+
+    anyio.run(main)
+
+
+def test_stdio_in_front_of_the_hub_refuses_a_bad_token_or_no_hub_with_one_line(hub):
+    env = {**os.environ, "TIDINGS_LOG_LEVEL": "ERROR"}
+    cases = {
+        "bad token": (hub.url, "tdg_not_a_token", "unknown or revoked token"),
+        "human token": (hub.url, hub.token("owner"), "agent"),
+        "no hub": ("http://127.0.0.1:9", hub.token("bot"), "cannot reach the hub"),
+    }
+    for name, (url, token, reason) in cases.items():
+        proc = subprocess.run(command("mcp", "--token", token, "--url", url), capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and proc.stdout == "", (name, proc.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error: ") and reason in lines[0], (name, proc.stderr)
+    both = subprocess.run(command("mcp", "--token", hub.token("bot"), "--url", hub.url, "--db", hub.db_url),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
+    assert both.returncode == 1 and "either --db" in both.stderr and "not both" in both.stderr

@@ -22,7 +22,8 @@ every reader's cursor sees it immediately (``read_messages``, the HTTP API, the 
 session's cursor sweep). A live session that would get the post as a plain ``deliver``
 (sweep set, not mentioned) gets it at its next sweep, not pushed: the scan routes
 mentions, it does not fan out. See docs/decisions.md (D29). Agents that need push latency
-should use ``/mcp`` over HTTP, whose posts go through the server's bus.
+should use ``/mcp`` over HTTP, or ``tidings mcp --url`` (``proxy.py``, D40): stdio in front
+of the running hub, whose posts go through the server's bus.
 
 Logs go to stderr (stdout is the protocol), at ``TIDINGS_LOG_LEVEL`` (default WARNING).
 """
