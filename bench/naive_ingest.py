@@ -70,6 +70,7 @@ from tidings.ingest.events import (
 )
 from tidings.ingest.inbox import new_inbox_id, parse_frame
 from tidings.ingest.projection import (
+    RECEIPTS_LOCATE_BY_REMOTE_ID,
     ROLES,
     SENDER_ROSTER_PLATFORMS,
     conversation_id_for,
@@ -167,6 +168,8 @@ SQL: dict[str, str | dict[str, str]] = {
     ),
     "message_exists": "SELECT 1 FROM bridge_messages WHERE id = :id",
     "message_occurred": "SELECT occurred_at_ms FROM bridge_messages WHERE id = :id",
+    "message_by_remote": "SELECT id, conversation_id, occurred_at_ms FROM bridge_messages "
+                         "WHERE bridge_id = :bridge_id AND remote_message_id = :rid",
     "reaction_delta": (
         "INSERT INTO reactions (message_id, reactor_key, bridge_id, conversation_id, reactor_identity_id, "
         "reactor_is_self, emoji, state, occurred_at_ms, source_seq_ms, created_at_ms, updated_at_ms) VALUES "
@@ -603,18 +606,26 @@ class _Frame:
             self.db.write("fence_upsert", {"mid": mid, "bridge_id": self.bridge_id, "seq": seq, "now": self.now})
 
     def receipt(self, ev: ReceiptEvent) -> None:
+        """The same rule as ours (D38): a read not in the named conversation is found by
+        remote id across the bridge on Signal; each conversation's cursor moves."""
         if ev.status != "read" or not ev.actor.is_self:
             return
-        best: tuple[int, str] | None = None
+        home = conversation_id_for(self.bridge_id, ev.remote_conversation_id)
+        best: dict[str, tuple[int, str]] = {}
         for remote_message_id in ev.remote_message_ids:
-            mid = message_id_for(self.bridge_id, ev.remote_conversation_id, remote_message_id)
+            conv, mid = home, message_id_for(self.bridge_id, ev.remote_conversation_id, remote_message_id)
             row = self.db.one("message_occurred", {"id": mid})
-            if row is not None and (best is None or (row[0], mid) > best):
-                best = (row[0], mid)
-        if best is not None:
+            at = row[0] if row is not None else None
+            if at is None and self.platform in RECEIPTS_LOCATE_BY_REMOTE_ID:
+                rows = self.db.read("message_by_remote", {"bridge_id": self.bridge_id, "rid": remote_message_id})
+                if len(rows) == 1:
+                    mid, conv, at = rows[0]
+            if at is not None and (conv not in best or (at, mid) > best[conv]):
+                best[conv] = (at, mid)
+        for conv, (at, mid) in best.items():
             self.db.write("cursor_advance", {
-                "cid": conversation_id_for(self.bridge_id, ev.remote_conversation_id), "bridge_id": self.bridge_id,
-                "mid": best[1], "mat": best[0], "read_at": ev.occurred_at_ms, "now": self.now,
+                "cid": conv, "bridge_id": self.bridge_id,
+                "mid": mid, "mat": at, "read_at": ev.occurred_at_ms, "now": self.now,
             })
 
 
