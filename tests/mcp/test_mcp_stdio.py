@@ -111,21 +111,23 @@ def test_a_database_without_a_hub_is_refused_and_not_bootstrapped(tmp_path, back
 
 # -- stdio in front of a running hub: ``tidings mcp --url URL --token T`` -------------------
 @asynccontextmanager
-async def mcp_stdio_proxy(url: str, token: str) -> AsyncIterator[Client]:
+async def mcp_stdio_proxy(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
     argv = command("mcp", "--token", token, "--url", url)
     params = StdioServerParameters(command=argv[0], args=argv[1:], env={"TIDINGS_LOG_LEVEL": "ERROR"})
-    async with Client(params) as client:
+    async with Client(params, mode=mode) as client:
         yield client
 
 
-def test_stdio_in_front_of_the_hub_routes_a_mention_at_once(hub):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_stdio_in_front_of_the_hub_routes_a_mention_at_once(hub, mode):
     """With ``--url`` the stdio process holds no store: every call goes to the hub's
     ``/mcp`` with the agent's token, so a post goes through the hub's bus and its mention
-    is routed at once, with no scan (compare ``test_agent_tools_over_stdio``)."""
+    is routed at once, with no scan (compare ``test_agent_tools_over_stdio``). Both
+    protocol eras: the 2026-07-28 single exchange and the initialize handshake."""
 
     async def main():
         recovered = hub.runtime.delivery.status()["scan_recovered"]
-        async with mcp_stdio_proxy(hub.url, hub.token("bot")) as client:
+        async with mcp_stdio_proxy(hub.url, hub.token("bot"), mode) as client:
             mine = await agent_flow(client, hub)
             hub.runtime.delivery.wait_idle()
             assert hub.owed("other") == [mine["id"]]  # no clock advance, no scan
