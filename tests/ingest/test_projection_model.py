@@ -5,6 +5,8 @@
   is the time of the last change (for a conversation, a roster change counts).
 * Delta reactions: last writer wins by occurrence time, so any delivery order of the
   same events ends in the same state.
+* Keyset paging (D39): walking messages and conversations a page at a time with the
+  answer's cursor yields the full listing once, whatever the ties in time.
 """
 
 from __future__ import annotations
@@ -125,3 +127,41 @@ def test_delta_reactions_end_in_the_same_state_in_any_delivery_order(store, even
             if last[1] != "remove":
                 expected[w.ident_id("+1555011" + str(who))] = last[2]
     assert w.reactions(chat, "m") == expected
+
+
+# -- keyset paging (D39) -------------------------------------------------------------------------
+@settings(SETTINGS)
+@given(times=st.lists(st.integers(1, 4), min_size=0, max_size=14), limit=st.integers(1, 5))
+def test_keyset_paging_walks_every_message_once_in_order_whatever_the_ties(store, times, limit):
+    """Messages with few distinct times (many ties), walked a page at a time with the last
+    row's (time, id) as the cursor: the concatenated pages are exactly the full listing,
+    newest first, each message once; so are the bridge's conversations."""
+    from tidings.store import bridge_messages, conversations
+
+    w = World(store, "signal")
+    bob = ref("+15550100", platform="signal")
+    w.frame([msg("signal:+15550100", f"bob:{i}", bob, at=1_000 * t) for i, t in enumerate(times)])
+    w.frame([msg(f"signal-group:g{i}", f"bob:g{i}", bob, at=1_000 * t) for i, t in enumerate(times[:6])])
+
+    def walk(page_of, time_key):
+        seen, cursor = [], {}
+        while True:
+            with store.read() as tx:
+                rows = page_of(tx, limit=limit, **cursor)
+            seen += [r["id"] for r in rows]
+            if len(rows) < limit:
+                return seen
+            cursor = {"before_ms": rows[-1][time_key], "before_id": rows[-1]["id"]}
+
+    cid = w.conv_id("signal:+15550100")
+    with store.read() as tx:
+        everything = bridge_messages.of_conversation(tx, cid, limit=1000) if times else []
+        convs = conversations.list_of_bridge(tx, w.bridge_id, limit=1000)
+    assert [(r["occurred_at_ms"], r["id"]) for r in everything] == sorted(
+        ((r["occurred_at_ms"], r["id"]) for r in everything), reverse=True)
+    assert len(everything) == len(times)
+    if times:
+        assert walk(lambda tx, **kw: bridge_messages.of_conversation(tx, cid, **kw), "occurred_at_ms") == [
+            r["id"] for r in everything]
+    assert walk(lambda tx, **kw: conversations.list_of_bridge(tx, w.bridge_id, **kw), "last_message_at_ms") == [
+        c["id"] for c in convs]
