@@ -164,10 +164,9 @@ def paging_params(limit: str | None, before_ms: str | None, before_id: str | Non
     before = _int_param(before_ms, "before_ms", default=None, lo=0, hi=MAX_BEFORE_MS)
     if before_id is not None:
         if before is None:
-            raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)",
-                             code="bad_param")
+            raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)")
         if not before_id or len(before_id) > MAX_ID_LEN:
-            raise BadRequest(f"before_id must be 1 to {MAX_ID_LEN} characters", code="bad_param")
+            raise BadRequest(f"before_id must be 1 to {MAX_ID_LEN} characters")
     return lim, before, before_id or ""
 
 
