@@ -146,6 +146,9 @@ def test_paging_with_the_answers_cursor_sees_every_message_once_through_equal_ti
     assert [m["remote_message_id"] for m in older["messages"]] == ["bob:3", "self:2", "bob:1"]
     bad = client.get(f"/api/v1/conversations/{cid}/messages?before_id=x", headers=auth(token))
     assert bad.status_code == 400 and "before_ms" in bad.json()["error"]["message"]
+    long = client.get(f"/api/v1/bridges/{w.bridge_id}/conversations?before_ms=1&before_id={'x' * 201}",
+                      headers=auth(token))
+    assert long.status_code == 400 and "before_id must be 1 to 200" in long.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("reader", ["admin", "owner", "agent"])
