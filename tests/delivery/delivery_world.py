@@ -217,3 +217,45 @@ class World:
         self._abandoned = []
         if self.rt is not None:
             self.rt.stop()
+
+
+def general_channel(world: Any, agents: tuple[str, ...], *, subscribed, live=(), settle=None) -> tuple[str, str, dict[str, str]]:
+    """The usual scene: a human ``hu``, one agent per handle (owned by ``hu``), and
+    ``#general`` with ``hu`` and every agent as members; ``subscribed`` and ``live`` name the
+    agents that are subscribed and connected. Then ``settle()`` (e.g. ``world.pump``), if
+    given. Returns ``(hu, channel id, {handle: agent id})``."""
+    hu = world.human("hu")
+    ids = {h: world.agent(h, owner=hu) for h in agents}
+    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subscribed])
+    for h in live:
+        world.connect(ids[h])
+    if settle is not None:
+        settle()
+    return hu, ch, ids
+
+
+def fresh_database_urls(backend_url: str, tmp_path: Any, prefix: str):
+    """A factory of empty, migrated databases for one example each (Hypothesis): a new
+    SQLite file per call, or the PostgreSQL test database with every table truncated."""
+    import itertools
+
+    counter = itertools.count()
+
+    def fresh() -> str:
+        if backend_url.startswith("postgresql"):
+            _truncate_all(backend_url)
+            return backend_url
+        return str(tmp_path / f"{prefix}-{next(counter)}.db")
+
+    return fresh
+
+
+def _truncate_all(url: str) -> None:
+    """Empty every table of a PostgreSQL database but the migration record."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
+        ).fetchall()]
+        conn.execute("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " CASCADE")

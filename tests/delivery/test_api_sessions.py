@@ -9,28 +9,20 @@ from tidings.delivery.engine import Delivery
 from tidings.runtime import Runtime
 
 from delivery_world import ADMIN_TOKEN, FakeWaker
-from helpers import auth
+from helpers import auth, create_account, post_text
+from helpers import create_channel as make_channel
 from live import LiveServer, SSEStream
 
 ADMIN = auth(ADMIN_TOKEN)
 
 
 def make(http, kind, handle, **extra):
-    r = http.post("/api/v1/accounts", json={"kind": kind, "handle": handle, **extra}, headers=ADMIN)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def make_channel(http, token, name, members=()):
-    r = http.post("/api/v1/channels", json={"name": name, "members": list(members)}, headers=auth(token))
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
+    return create_account(http, kind, handle, admin_token=ADMIN_TOKEN, **extra)
 
 
 def post(http, token, channel_id, text):
-    r = http.post(f"/api/v1/channels/{channel_id}/messages", json={"text": text}, headers=auth(token))
-    assert r.status_code == 201, r.text
-    return r.json()["message"]["id"]
+    """The new message's id."""
+    return post_text(http, token, channel_id, text)["id"]
 
 
 def dispatches(stream, until_id):

@@ -8,7 +8,6 @@ and requires identical dispatches, owed rows, marks and counters.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 
 import pytest
@@ -25,29 +24,11 @@ from tidings.store import delivery as delivery_store
 from tidings.store import engine as engine_mod
 from tidings.store import messages as messages_store
 
-from delivery_world import ADMIN_TOKEN, World
-
-
-def _empty_tables(url):
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        names = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
-        ).fetchall()]
-        conn.execute("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " CASCADE")
+from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
 
 
 def _fresh_urls(backend_url, tmp_path):
-    counter = itertools.count()
-
-    def fresh():
-        if backend_url.startswith("postgresql"):
-            _empty_tables(backend_url)
-            return backend_url
-        return str(tmp_path / f"batch-{next(counter)}.db")
-
-    return fresh
+    return fresh_database_urls(backend_url, tmp_path, "batch")
 
 
 # -- batched == one by one ---------------------------------------------------------------------

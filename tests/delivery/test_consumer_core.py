@@ -12,15 +12,11 @@ from tidings.delivery.wakers import SystemWaker
 from tidings.hub.events import MessagePosted
 from tidings.store import delivery as delivery_store
 
-from delivery_world import World
+from delivery_world import World, general_channel
 
 
 def setup(world: World, *agents: str, subscribed: tuple[str, ...] | None = None) -> tuple[str, str, dict[str, str]]:
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    subs = agents if subscribed is None else subscribed
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subs])
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=agents if subscribed is None else subscribed)
 
 
 def test_human_post_is_delivered_to_every_live_subscriber_but_not_the_author(world):

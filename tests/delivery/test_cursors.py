@@ -10,13 +10,11 @@ from tidings.errors import NotFound
 from tidings.store import cursors as cursors_store
 from tidings.store import delivery as delivery_store
 
+from delivery_world import general_channel
+
 
 def setup(world, *agents, subscribed=None):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    subs = agents if subscribed is None else subscribed
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subs])
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=agents if subscribed is None else subscribed)
 
 
 def swept(world, agent_id):

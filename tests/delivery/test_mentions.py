@@ -7,6 +7,8 @@ import pytest
 from tidings.delivery.mentions import mention_handles, parse_mentions, resolve_mentioned
 from tidings.store.delivery import ChannelAgent
 
+from delivery_world import general_channel
+
 
 # -- grammar (pure) ------------------------------------------------------------------------
 @pytest.mark.parametrize(
@@ -46,14 +48,8 @@ def test_resolution_counts_agent_members_only_never_the_author():
 
 # -- the steer arm -------------------------------------------------------------------------
 def setup(world, *agents, subscribed=None, live=None):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    subs = agents if subscribed is None else subscribed
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subs])
-    for h in agents if live is None else live:
-        world.connect(ids[h])
-    world.pump()
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=agents if subscribed is None else subscribed,
+                           live=agents if live is None else live, settle=world.pump)
 
 
 def test_a_mentioned_live_subscriber_gets_exactly_one_steer_and_no_deliver(world):

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from tidings.store import messages as messages_store
 
-from delivery_world import World
+from delivery_world import World, general_channel
 
 
 def setup(world, *agents, subscribed=(), live=()):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subscribed])
-    for h in live:
-        world.connect(ids[h])
-    world.pump()
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=subscribed, live=live, settle=world.pump)
 
 
 def test_offline_member_outside_the_sweep_set_gets_an_owed_row_and_a_wake(world):

@@ -17,7 +17,6 @@ consumer pumped dry):
 
 from __future__ import annotations
 
-import itertools
 import os
 
 from hypothesis import HealthCheck, settings
@@ -31,7 +30,7 @@ from tidings.runtime import Runtime
 from tidings.store import cursors as cursors_store
 from tidings.store import messages as messages_store
 
-from delivery_world import ADMIN_TOKEN, World
+from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
 
 AGENTS = ("a0", "a1", "a2", "a3")
 PINGS = ("a0", "a1", "a2", "a3", "everyone", "users", "hu")
@@ -222,25 +221,8 @@ class DeliveryMachine(RuleBasedStateMachine):
                     assert mid in final.get(x, set()), f"{mid} never reached {x}"
 
 
-def _empty_tables(url):
-    """A clean PostgreSQL database for the next example (the schema stays migrated)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        names = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
-        ).fetchall()]
-        conn.execute("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " CASCADE")
-
-
 def test_delivery_never_drops_what_it_owes(backend_url, tmp_path):
-    counter = itertools.count()
-
-    def fresh_url():
-        if backend_url.startswith("postgresql"):
-            _empty_tables(backend_url)
-            return backend_url
-        return str(tmp_path / f"example-{next(counter)}.db")
+    fresh_url = fresh_database_urls(backend_url, tmp_path, "example")
 
     machine = type("Machine", (DeliveryMachine,), {"make_url": staticmethod(fresh_url)})
     run_state_machine_as_test(

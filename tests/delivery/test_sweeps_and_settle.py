@@ -7,16 +7,11 @@ import pytest
 
 from tidings.errors import BadRequest, NotFound
 
-from delivery_world import World
+from delivery_world import World, general_channel
 
 
 def setup(world, *agents, subscribed=None):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    subs = agents if subscribed is None else subscribed
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subs])
-    world.pump()
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=agents if subscribed is None else subscribed, settle=world.pump)
 
 
 def test_start_sweep_delivers_the_backlog_in_channel_order(world):

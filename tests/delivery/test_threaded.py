@@ -11,7 +11,7 @@ import pytest
 from tidings.delivery import consumer as consumer_mod
 from tidings.delivery.sessions import Dispatch
 
-from delivery_world import World
+from delivery_world import World, general_channel
 
 
 @pytest.fixture
@@ -24,14 +24,8 @@ def tworld(runtime):
 
 
 def setup(world, *agents, subscribed=None, live=()):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    subs = agents if subscribed is None else subscribed
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subs])
-    for h in live:
-        world.connect(ids[h])
-    world.idle()
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=agents if subscribed is None else subscribed, live=live,
+                           settle=world.idle)
 
 
 def take(session, n):

@@ -11,17 +11,11 @@ import pytest
 
 from tidings.delivery.wakers import SystemWaker
 
-from delivery_world import FakeWaker, World
+from delivery_world import FakeWaker, World, general_channel
 
 
 def setup(world, *agents, subscribed=(), live=()):
-    hu = world.human("hu")
-    ids = {h: world.agent(h, owner=hu) for h in agents}
-    ch = world.channel("general", hu, members=[ids[h] for h in agents], subscribe=[ids[h] for h in subscribed])
-    for h in live:
-        world.connect(ids[h])
-    world.pump()
-    return hu, ch, ids
+    return general_channel(world, agents, subscribed=subscribed, live=live, settle=world.pump)
 
 
 def test_wakes_are_coalesced_per_agent_by_the_clock(world):

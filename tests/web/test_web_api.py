@@ -11,7 +11,9 @@ import pytest
 from tidings.api import create_app
 from tidings.runtime import Runtime
 
-from helpers import auth
+from helpers import auth, create_account
+from helpers import create_channel as make_channel
+from helpers import post_text as post
 from live import LiveServer, SSEStream
 
 ADMIN_TOKEN = "tdg_test_admin"  # the root conftest's runtime fixture
@@ -20,21 +22,7 @@ WEB = Path(__file__).resolve().parents[2] / "src" / "tidings" / "web"
 
 
 def make(http, kind, handle, **extra):
-    r = http.post("/api/v1/accounts", json={"kind": kind, "handle": handle, **extra}, headers=ADMIN)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def make_channel(http, token, name, members=()):
-    r = http.post("/api/v1/channels", json={"name": name, "members": list(members)}, headers=auth(token))
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
-
-
-def post(http, token, channel_id, text):
-    r = http.post(f"/api/v1/channels/{channel_id}/messages", json={"text": text}, headers=auth(token))
-    assert r.status_code == 201, r.text
-    return r.json()["message"]
+    return create_account(http, kind, handle, admin_token=ADMIN_TOKEN, **extra)
 
 
 def make_bridge(http):

@@ -24,6 +24,7 @@ from tidings.faults import Faults
 from tidings.runtime import Runtime
 
 from helpers import auth
+from helpers import post_text as post
 from live import LiveServer, SSEStream
 
 CHROMIUM = os.environ.get("TIDINGS_CHROMIUM", "/usr/bin/chromium")
@@ -81,12 +82,6 @@ class PageWatch:
         # A refused token is logged by the browser as a failed load; that one is expected.
         if msg.type == "error" and "status of 401" not in msg.text:
             self.problems.append(f"console error: {msg.text}")
-
-
-def post(http, token, channel_id, text):
-    r = http.post(f"/api/v1/channels/{channel_id}/messages", json={"text": text}, headers=auth(token))
-    assert r.status_code == 201, r.text
-    return r.json()["message"]
 
 
 def test_the_live_page_for_the_admin_and_for_a_human(chromium, demo_hub):
