@@ -405,17 +405,21 @@ DCORE = "tests/delivery/test_consumer_core.py"
 DSWEEP = "tests/delivery/test_sweeps_and_settle.py"
 DWAKE = "tests/delivery/test_wakers.py"
 CONSUMER = "src/tidings/delivery/consumer.py"
+ROUTING = "src/tidings/delivery/routing.py"
+SCAN = "src/tidings/delivery/scan.py"
+SWEEPS = "src/tidings/delivery/sweeps.py"
+UNIT = "src/tidings/delivery/unit.py"
 MENTIONS = "src/tidings/delivery/mentions.py"
 WAKERS = "src/tidings/delivery/wakers.py"
 DSTORE = "src/tidings/store/delivery.py"
 CURSORS = "src/tidings/store/cursors.py"
 
-add("route.mark_before_route", CONSUMER,
-    "            if self.options.mark_on_route_failure:\n                self._unit.mark(row)\n",
-    "            self._unit.mark(row)\n",
+add("route.mark_before_route", ROUTING,
+    "            if self.options.mark_on_route_failure:\n                self.unit.mark(row)\n",
+    "            self.unit.mark(row)\n",
     t(DREC, "test_a_periodic_scan_recovers_a_failed_pass_without_a_restart"),
     why="reference flaw O4: a failed mention pass still marks its message routed, so no scan retries it")
-add("scan.held_skip_removed", CONSUMER,
+add("scan.held_skip_removed", SCAN,
     "                if message_id in self.held_ids:\n                    skipped += 1\n                    continue\n", "",
     t(DREC, "test_scan_skips_a_message_held_right_now_and_leaves_it_unmarked"),
     why="the scan routes a held message before its author settles")
@@ -428,11 +432,11 @@ add("sweep_set.no_mandatory", DSTORE,
     t(DCURS, "test_home_channel_is_swept_even_with_the_flag_off"),
     t(DOFF, "test_agents_ping_owes_only_the_members_outside_their_sweep_set"),
     why="drift of the one sweep-set predicate: a mandatory channel is not swept")
-add("owed.record_skipped", CONSUMER,
-    "                    self._unit.owe(message_id, agent.id, channel_id)\n", "                    pass\n",
+add("owed.record_skipped", ROUTING,
+    "                    self.unit.owe(message_id, agent.id, channel_id)\n", "                    pass\n",
     t(DOFF, "test_offline_member_outside_the_sweep_set_gets_an_owed_row_and_a_wake"),
     why="a mention outside the sweep set is never owed: an offline agent never hears of it")
-add("owed.only_when_offline", CONSUMER,
+add("owed.only_when_offline", ROUTING,
     "if not agent.in_sweep and (session is None or self.options.owe_live_gap):",
     "if not agent.in_sweep and session is None:",
     t(DOFF, "test_a_refused_steer_to_a_live_member_outside_the_sweep_set_is_owed"),
@@ -462,28 +466,28 @@ add("cursor.high_water_mark", CURSORS,
     "    acked_seq = max([acked_seq, *above, *own])\n",
     t(DCURS, "test_advance_is_pure_and_never_crosses_a_gap"), t(DCURS, "test_out_of_order_acks_fold_into_the_mark"),
     why="a single high-water mark: an earlier unacked message is skipped")
-add("fan_out.mentioned_also_delivered", CONSUMER,
+add("fan_out.mentioned_also_delivered", ROUTING,
     "if agent.id == author or not agent.in_sweep or agent.id in mentioned:",
     "if agent.id == author or not agent.in_sweep:",
     t(DMENT, "test_a_mentioned_live_subscriber_gets_exactly_one_steer_and_no_deliver"),
     t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
     why="steer-only precedence removed: a mentioned subscriber gets the steer and the deliver")
-add("fan_out.routed_message_routed_again", CONSUMER,
+add("fan_out.routed_message_routed_again", ROUTING,
     '        if row.get("mentions_routed_at") is None:\n            mentioned = self.route_mentions_for(',
     '        if True:\n            mentioned = self.route_mentions_for(',
     t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
     why="a message the scan already routed is routed again when its live event arrives: a second steer")
 add("settle.not_on_session_end", CONSUMER,
-    "        if self.options.settle_on_end:\n            self._fire_held(session.session_id)",
-    "        if False:\n            self._fire_held(session.session_id)",
+    "        if self.options.settle_on_end:\n            self.router.fire_held(session.session_id)",
+    "        if False:\n            self.router.fire_held(session.session_id)",
     t(DSWEEP, "test_ending_a_session_fires_only_that_sessions_held_messages"),
     why="reference flaw O2: a dead author's held messages wait for a restart")
 add("settle.on_working", CONSUMER,
     'SETTLE_STATES = frozenset({"ready", "stopped"})', 'SETTLE_STATES = frozenset({"ready", "stopped", "working"})',
     t(DCORE, "test_working_state_is_not_a_settle_edge"),
     why="a 'working' state report fires held messages mid-turn")
-add("hold.author_not_held", CONSUMER,
-    "        if author_session is not None:\n            self._hold(author_session, event.message_id)\n            return\n",
+add("hold.author_not_held", ROUTING,
+    "        if author_session is not None:\n            self.hold(author_session, event.message_id)\n            return\n",
     "",
     t(DCORE, "test_live_agent_authors_post_is_held_then_fired_from_the_store_at_its_settle_edge"),
     why="a live agent's posts fan out mid-turn instead of at its settle edge")
@@ -495,17 +499,17 @@ add("mentions.author_counts", MENTIONS,
     "    eligible = [m for m in members if m.id != author_id]", "    eligible = list(members)",
     t(DMENT, "test_resolution_counts_agent_members_only_never_the_author"),
     why="an agent's @everyone steers the agent itself")
-add("deliver.no_dedupe_against_the_sweep", CONSUMER,
+add("deliver.no_dedupe_against_the_sweep", ROUTING,
     '        if message["seq"] <= session.floors.get(message["channel_id"], -1):',
     "        if False:",
     DCORE, DSWEEP,
     why="a post swept at start and then published live is delivered twice")
-add("deliver.overtakes_the_sweep", CONSUMER,
+add("deliver.overtakes_the_sweep", ROUTING,
     "        if session.phase == PHASE_CURSOR:\n            # The session is catching up",
     "        if False:\n            # The session is catching up",
     DCORE, DSWEEP,
     why="a live deliver during a catch-up sweep overtakes the backlog (out of order)")
-add("sweep.redelivers_acked", CONSUMER,
+add("sweep.redelivers_acked", SWEEPS,
     '                    if seq not in cur.above and row["deleted_at_ms"] is None:',
     '                    if row["deleted_at_ms"] is None:',
     t(DCURS, "test_sweep_skips_self_authored_and_acked_messages"),
@@ -520,17 +524,17 @@ add("seed.replays_history", CURSORS,
     t(DCURS, "test_seeds_home_on_creation_and_channels_on_subscribe_never_for_humans"),
     why="a new subscriber is swept the channel's whole history")
 add("overrun.no_scan", CONSUMER,
-    "        self.sweep_all_live()\n        if self.options.scan_enabled:\n            self.scan()",
-    "        self.sweep_all_live()",
+    "        self.sweeper.sweep_all_live()\n        if self.options.scan_enabled:\n            self.scan()",
+    "        self.sweeper.sweep_all_live()",
     t(DREC, "test_lagged_overrun_leg_the_mention_in_the_dropped_window_is_owed"),
     why="a mention in the window an overrun dropped is never routed")
-add("periodic.no_resweep_after_recovery", CONSUMER,
-    "        if self._resweep_live or recovered:", "        if self._resweep_live:",
+add("periodic.no_resweep_after_recovery", SCAN,
+    "        if self.link.resweep_live or recovered:", "        if self.link.resweep_live:",
     t(DREC, "test_a_periodic_scan_that_finds_unseen_posts_pushes_them_to_live_subscribers"),
     why="posts the periodic scan recovered are never pushed to live subscribers")
-add("flush.no_retry_one_by_one", CONSUMER,
-    "            if len(ids) > 1:\n                for message_id in ids:",
-    "            if False:\n                for message_id in ids:",
+add("flush.no_retry_one_by_one", UNIT,
+    "            if len(ids) > 1:\n                self.link.failed(None, exc",
+    "            if False:\n                self.link.failed(None, exc",
     t(DREC, "test_a_failed_flush_retries_each_message_alone"),
     why="one bad message keeps a whole batch unmarked until the next scan")
 add("wake.not_coalesced", WAKERS,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tidings.clock import FakeClock
 from tidings.delivery import consumer as consumer_mod
 from tidings.delivery import sessions as sessions_mod
+from tidings.delivery import unit as unit_mod
 from tidings.delivery.sessions import Dispatch, Session, coalesced_wakes
 from tidings.faults import Faults
 from tidings.runtime import Runtime
@@ -535,13 +536,13 @@ def test_wait_idle_returns_after_the_held_back_flush_and_close_posts_share_it(ru
         c = w.channel("C", hu, members=[gap])
         w.d.wait_idle()
         writes = []
-        original = consumer_mod.Consumer._write
-        consumer_mod.Consumer._write = lambda self, marks, owed: writes.append(len(marks)) or original(self, marks, owed)
+        original = unit_mod.Flusher._write
+        unit_mod.Flusher._write = lambda self, marks, owed: writes.append(len(marks)) or original(self, marks, owed)
         try:
             ms = [w.post(hu, c, f"@gap m{i}") for i in range(5)]
             w.d.wait_idle(10)
         finally:
-            consumer_mod.Consumer._write = original
+            unit_mod.Flusher._write = original
         assert sorted(w.owed(gap)) == sorted(ms) and all(w.routed(m) for m in ms)
         assert writes == [5]  # one commit for the five
         assert w.waker.wait_for(1) and w.waker.of(gap) == ["mention"]

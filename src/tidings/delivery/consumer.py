@@ -1,5 +1,10 @@
 """The delivery consumer: one thread turns bus events and session edges into dispatches.
 
+Where things live: this module is the ordering loop (edges, pump, overrun, waits);
+``routing.py`` the author split, fan-out and mention pass; ``unit.py`` the durability
+unit and its flush; ``sweeps.py`` the cursor and owed sweeps; ``scan.py`` the recovery and
+periodic scans; ``link.py`` the consumer's connection and its one failure path.
+
 Everything that decides who gets what runs here, on one thread, in one order: bus events
 (``MessagePosted``; everything else is ignored) and session edges (start, end, state,
 refill). A test drives the same object synchronously: ``pump()`` processes everything
@@ -20,7 +25,7 @@ agent (a mentioned agent gets the steer only). A live recipient gets a pushed di
 offline one is woken.
 
 Durability: the owed rows a pass decides and the ``mentions_routed_at`` marks are written
-together, in one transaction per batch of handled events (``_flush``), and the wakes are
+together, in one transaction per batch of handled events (``unit.Flusher``), and the wakes are
 requested only after that commit (durable first, then wake). A message is marked only when
 its pass ran AND that commit succeeded; otherwise it stays NULL and the next recovery scan
 (at start, after an overrun, every ``scan_interval_ms``) routes it again.
@@ -32,7 +37,7 @@ and the flush is one statement. On PostgreSQL the consumer's own connection read
 flushes in autocommit (no BEGIN/COMMIT/ROLLBACK round trips) and its session commits
 without waiting for the WAL flush, which only the flush relies on (D16): every other write
 on it (session rows, stale sessions, owed rows of deleted messages) puts the server's
-default back for its transaction (``_strict_write``). A reader's wake-up is one
+default back for its transaction (``Link.strict_write``). A reader's wake-up is one
 ``call_soon_threadsafe`` per event loop per message (``sessions.coalesced_wakes``).
 The consumer thread may hold a flush back for ``flush_delay_ms`` (wall time) so that
 events arriving close together share one commit; the routing decided so far is always
@@ -74,13 +79,12 @@ reads them from the store in order) instead of overtaking it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -88,66 +92,31 @@ from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
-from ..hub.channels import public_message
 from ..hub.events import MessagePosted
-from ..store import cursors as cursors_store
 from ..store import delivery as delivery_store
-from ..store.delivery import ChannelAgent
-from ..store.engine import Dedicated, Store
-from .mentions import mention_handles, resolve_mentioned
-from .sessions import (
-    OFFER_CLOSED,
-    OFFER_FULL,
-    OFFER_OK,
-    PHASE_CURSOR,
-    PHASE_LIVE,
-    PHASE_OWED,
-    Dispatch,
-    Session,
-    coalesced_wakes,
-)
+from ..store.engine import Store
+from .link import Link
+from .options import ConsumerOptions
+from .routing import BATCH_READ_FAULT, ROUTE_FAULT, RouteOutcome, Router
+from .scan import SCAN_READ_FAULT, Scanner
+from .sessions import PHASE_CURSOR, Session
+from .sweeps import Sweeper
+from .unit import FLUSH_FAULT, Flusher, Unit
 from .wakers import WakeDispatcher
 
 log = structlog.get_logger("tidings.delivery")
 
-#: Fault points (tests and demos): one routing pass fails; one scan batch read fails;
-#: one flush (owed rows + marks) fails; one batched read of the live path fails (each
-#: message is then read alone).
-ROUTE_FAULT = "delivery.route_error"
-SCAN_READ_FAULT = "delivery.scan_read_error"
-FLUSH_FAULT = "delivery.flush_error"
-BATCH_READ_FAULT = "delivery.batch_read_error"
+#: Re-exported so tests and demos arm the fault points from one module.
+__all__ = [
+    "BATCH_READ_FAULT", "FLUSH_FAULT", "ROUTE_FAULT", "SCAN_READ_FAULT", "Consumer", "ConsumerOptions", "Edge",
+    "RouteOutcome",
+]
 
 #: ``_next_event`` found the subscription overrun: the caller handles what it collected,
 #: then the overrun.
 _OVERRUN = object()
 
 SETTLE_STATES = frozenset({"ready", "stopped"})
-
-
-@dataclass
-class ConsumerOptions:
-    scan_enabled: bool = True
-    scan_interval_ms: int = 30_000
-    scan_batch: int = 1000
-    sweep_page: int = 256
-    event_batch: int = 256
-    # The consumer thread (not a synchronous ``pump()``) may hold a flush back this long
-    # (wall time) for more events to share its commit; an edge, a scan, a full unit or
-    # the end of the wait flushes at once, and ``wait_idle`` waits for the flush.
-    flush_delay_ms: float = 5.0
-    # Negative controls: each restores one reference flaw so a test can show it bites.
-    owe_live_gap: bool = True
-    settle_on_end: bool = True
-    mark_on_route_failure: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class RouteOutcome:
-    """What one mention pass decided: who was mentioned, and whether the pass ran."""
-
-    mentioned: frozenset[str]
-    ok: bool
 
 
 @dataclass(slots=True)
@@ -158,40 +127,13 @@ class Edge:
     bus_seq: int
 
 
-@dataclass
-class _Unit:
-    """Durable effects decided by the passes since the last flush, written in one commit."""
-
-    marks: dict[str, int] = field(default_factory=dict)  # message id -> global seq
-    owed: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
-    wakes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
-
-    def mark(self, row: dict[str, Any]) -> None:
-        self.marks[row["id"]] = row["seq"]
-
-    def owe(self, message_id: str, agent_id: str, channel_id: str) -> None:
-        self.owed.setdefault(message_id, []).append((agent_id, channel_id))
-
-    def wake(self, agent: ChannelAgent, reason: str) -> None:
-        if reason == "mention" or agent.id not in self.wakes:
-            self.wakes[agent.id] = (agent.wake_json, reason)
-
-    def empty(self) -> bool:
-        return not (self.marks or self.owed or self.wakes)
-
-
-@dataclass(slots=True)
-class _Reads:
-    """One batched read: the rows of ``asked`` (absent = no such row) and the agent members
-    of every channel those rows are in."""
-
-    asked: frozenset[str]
-    rows: dict[str, dict[str, Any]]
-    members: dict[str, list[ChannelAgent]]
-
-
 class Consumer:
-    """The single-threaded core of delivery; see the module docstring."""
+    """The single-threaded core of delivery: the ordering loop; see the module docstring.
+
+    Routing (``routing.Router``), the durability unit (``unit``), the sweeps
+    (``sweeps.Sweeper``) and the scans (``scan.Scanner``) are parts it owns and hands the
+    connection (``link``), the counters and the live-session view explicitly.
+    """
 
     def __init__(
         self,
@@ -215,16 +157,15 @@ class Consumer:
         self.live: dict[str, Session] = {}
         self.held: dict[str, list[str]] = {}
         self.held_ids: set[str] = set()
+        self.link = Link(counters)
         self._events: deque[Stamped] = deque()
         self._sub: Subscription | None = None
-        self._db: Dedicated | None = None
-        self._unit = _Unit()
+        self._unit = Unit()
         self._handled_seq = 0
         self._durable_seq = 0  # every event up to it handled AND its effects flushed
         self._pending_since: float | None = None  # monotonic time the unit got its first item
         self._edges_finished = 0
         self._next_scan_at: int | None = None
-        self._resweep_live = False
         self._bus_closed = False
         self._extra_work = 0
         # Shared with other threads.
@@ -240,6 +181,29 @@ class Consumer:
         self._poke: asyncio.Event | None = None
         #: Test hook: called after each flush that recorded owed rows (O-9 race test).
         self.after_owed_recorded: Callable[[], None] | None = None
+        # The parts, each handed what it uses.
+        self.router = Router(link=self.link, counters=counters, faults=faults, live=self.live, held=self.held,
+                             held_ids=self.held_ids, unit=self._unit, options=options)
+        self.sweeper = Sweeper(link=self.link, counters=counters, live=self.live, options=options)
+        self.flusher = Flusher(link=self.link, clock=clock, faults=faults, counters=counters, wakers=wakers,
+                               on_owed_recorded=self._owed_recorded)
+        self.scanner = Scanner(link=self.link, counters=counters, faults=faults, held_ids=self.held_ids,
+                               unit=self._unit, router=self.router, sweeper=self.sweeper, flush=self._flush,
+                               options=options)
+
+    @property
+    def _db(self) -> Any:
+        """The consumer's dedicated connection (None when closed)."""
+        return self.link.dedicated
+
+    def _strict_write(self) -> Any:
+        """A write transaction that commits with the server's default durability."""
+        return self.link.strict_write()
+
+    def _owed_recorded(self) -> None:
+        hook = self.after_owed_recorded
+        if hook is not None:
+            hook()
 
     # ======================================================================================
     # Edges from other threads
@@ -277,14 +241,13 @@ class Consumer:
         queue the replay (handled by ``pump`` before any live event)."""
         if self.opened:
             return
-        self._db = self.store.dedicated(pg_settings=delivery_store.CONSUMER_PG_SETTINGS)
+        self.link.open(self.store)
         self._sub = self.bus.subscribe(0)
         try:
-            with self._strict_write() as tx:
+            with self.link.strict_write() as tx:
                 delivery_store.end_stale_sessions(tx, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
-            log.warning("could not close stale session rows", error=repr(exc))
-            self._recover_db()
+            self.link.failed("could not close stale session rows", exc, level="warning")
         if self.options.scan_enabled:
             self.scan()
         self._events.extend(self._sub.replay)
@@ -300,9 +263,7 @@ class Consumer:
         finally:
             if self._sub is not None:
                 self._sub.cancel()
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            self.link.close()
 
     def request_stop(self) -> None:
         self._stopping = True
@@ -349,7 +310,7 @@ class Consumer:
         unit = self._unit
         if unit.empty():
             return False
-        if len(unit.marks) + len(unit.owed) >= self.options.event_batch:
+        if unit.size() >= self.options.event_batch:
             return True
         since = self._pending_since
         return since is None or (time.monotonic() - since) * 1000.0 >= self.options.flush_delay_ms
@@ -425,219 +386,12 @@ class Consumer:
         self._publish_progress()
 
     def _handle_batch(self, events: list[Stamped]) -> None:
-        """Handle bus events in order, as if one by one, with ONE read for all of them.
-
-        The author split is decided from ``live``, which changes only at edges and edges
-        never run inside a batch, so which messages will fan out (rather than be held) is
-        known up front: their rows and the agents of their channels are read together
-        (``_read_batch``), then each event is handled in order from that read. A message
-        whose read is missing from it (the batched read failed) is read alone, as before.
-        """
-        wanted = [
-            e.payload.message_id
-            for e in events
-            if isinstance(e.payload, MessagePosted) and e.payload.author_id not in self.live
-        ]
-        reads = self._read_batch(wanted)
+        """Handle bus events in order (``routing.Router.handle_posted``: one read for all
+        the posted messages among them; everything else is ignored)."""
+        self.router.handle_posted(e.payload for e in events if isinstance(e.payload, MessagePosted))
         for event in events:
-            payload = event.payload
-            if isinstance(payload, MessagePosted):
-                try:
-                    with coalesced_wakes():
-                        self._on_posted(payload, reads)
-                except Exception as exc:  # noqa: BLE001 - never crash the consumer
-                    self.counters.incr("route_failures")
-                    self._resweep_live = True
-                    log.error(
-                        "posted message not processed; the recovery scan will route it",
-                        message_id=payload.message_id,
-                        error=repr(exc),
-                    )
-                    self._recover_db()
             if event.seq > self._handled_seq:
                 self._handled_seq = event.seq
-
-    # ======================================================================================
-    # Posted messages: the author split, hold, fan-out, the mention pass
-    # ======================================================================================
-    def _on_posted(self, event: MessagePosted, reads: _Reads | None = None) -> None:
-        author_session = self.live.get(event.author_id)
-        if author_session is not None:
-            self._hold(author_session, event.message_id)
-            return
-        row, members = self._read_message(event.message_id, reads)
-        if row is not None:
-            self._fan_out(row, members)
-
-    def _hold(self, session: Session, message_id: str) -> None:
-        self.held.setdefault(session.session_id, []).append(message_id)
-        self.held_ids.add(message_id)
-        self.counters.incr("held")
-        log.debug("message held until its author settles", message_id=message_id, session_id=session.session_id)
-
-    def _read_batch(self, message_ids: list[str]) -> _Reads | None:
-        """The current rows of these messages and the agents of their channels: two
-        statements, in autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips; each
-        statement sees what it would inside a READ COMMITTED transaction) and in one
-        snapshot on SQLite. None when there is nothing to read or the read failed: the
-        caller then reads each message alone."""
-        if not message_ids:
-            return None
-        assert self._db is not None
-        try:
-            if self.faults.fire(BATCH_READ_FAULT):
-                raise RuntimeError("fault: delivery.batch_read_error")
-            with self._db.autocommit_read() as tx:
-                rows, members = delivery_store.messages_with_agents(tx, message_ids)
-        except Exception as exc:  # noqa: BLE001 - each message is read alone instead
-            log.warning("batched read failed; reading each message alone", messages=len(message_ids),
-                        error=repr(exc))
-            self._recover_db()
-            return None
-        return _Reads(frozenset(message_ids), rows, members)
-
-    def _read_message(
-        self, message_id: str, reads: _Reads | None = None
-    ) -> tuple[dict[str, Any] | None, list[ChannelAgent]]:
-        """The current row and its channel's agents: from ``reads`` when it covers the
-        message, else read now."""
-        assert self._db is not None
-        if reads is not None and message_id in reads.asked:
-            row = reads.rows.get(message_id)
-            if row is None:
-                return None, []
-            members = reads.members.get(row["channel_id"])
-            if members is not None:
-                return row, members
-        with self._db.autocommit_read() as tx:
-            rows, members = delivery_store.messages_with_agents(tx, [message_id])
-        row = rows.get(message_id)
-        if row is None:
-            return None, []
-        return row, members.get(row["channel_id"], [])
-
-    def _fan_out(self, row: dict[str, Any], members: list[ChannelAgent]) -> None:
-        """Route mentions, then deliver to the sweep set minus author and mentioned."""
-        message_id = row["id"]
-        if row.get("deleted_at_ms") is not None:
-            self._unit.mark(row)
-            return
-        author = row["author_account_id"]
-        message = public_message(row)
-        handles = mention_handles(row["blocks"])
-        if row.get("mentions_routed_at") is None:
-            mentioned = self.route_mentions_for(row, members, message=message, handles=handles).mentioned
-        else:  # the scan already ran this pass; keep steer-only precedence without re-steering
-            mentioned = frozenset(a.id for a in resolve_mentioned(handles, members, author))
-        for agent in members:
-            if agent.id == author or not agent.in_sweep or agent.id in mentioned:
-                continue
-            session = self.live.get(agent.id)
-            if session is None:
-                self._unit.wake(agent, "message")
-            else:
-                self._deliver(session, message)
-
-    def route_mentions_for(
-        self,
-        row: dict[str, Any],
-        members: list[ChannelAgent] | tuple[()],
-        *,
-        message: dict[str, Any] | None = None,
-        handles: list[str] | None = None,
-    ) -> RouteOutcome:
-        """The one mention pass, shared by the live path and the recovery scan.
-
-        For each mentioned agent member (author excluded): outside the sweep set -> an owed
-        row, live or not (its cursor will never carry the message, so the row is what
-        survives a refused steer or a session that dies before acking; the ack clears it);
-        then live -> steer; offline (or refused because the session is gone) -> wake. An
-        offline agent inside the sweep set is woken only: its cursor carries the message.
-        On success the message is queued for marking together with its owed rows; on
-        failure nothing durable is queued and the message stays NULL for the next scan.
-        """
-        message_id = row["id"]
-        if handles is None:
-            handles = mention_handles(row["blocks"])
-        targets = resolve_mentioned(handles, members, row["author_account_id"]) if handles else []
-        mentioned = frozenset(a.id for a in targets)
-        if self.faults.fire(ROUTE_FAULT):
-            self.counters.incr("route_failures")
-            log.warning("mention pass failed; left for the recovery scan", message_id=message_id)
-            if self.options.mark_on_route_failure:
-                self._unit.mark(row)
-            return RouteOutcome(mentioned, False)
-        if targets:
-            if message is None:
-                message = public_message(row)
-            channel_id = row["channel_id"]
-            for agent in targets:
-                session = self.live.get(agent.id)
-                if not agent.in_sweep and (session is None or self.options.owe_live_gap):
-                    self._unit.owe(message_id, agent.id, channel_id)
-                if session is not None and self._steer(session, message):
-                    continue
-                if session is None or session.closed:
-                    self._unit.wake(agent, "mention")
-        self._unit.mark(row)
-        return RouteOutcome(mentioned, True)
-
-    # ======================================================================================
-    # Dispatch
-    # ======================================================================================
-    def _deliver(self, session: Session, message: dict[str, Any]) -> None:
-        if session.phase == PHASE_CURSOR:
-            # The session is catching up on its cursors: the sweep reads this message
-            # from the store in order, so pushing it now would only overtake the sweep.
-            self.counters.incr("deliver_deferred")
-            return
-        if message["seq"] <= session.floors.get(message["channel_id"], -1):
-            # Already swept to this session (a post that committed just before its start
-            # sweep read the channel and was published after the session started).
-            self.counters.incr("deliver_deduped")
-            return
-        outcome = session.offer(Dispatch("deliver", message, message["channel_id"]))
-        if outcome == OFFER_OK:
-            self.counters.incr("delivered")
-            self._note_sent(session, message)
-        else:
-            self._refused(session, outcome, message)
-
-    def _steer(self, session: Session, message: dict[str, Any]) -> bool:
-        outcome = session.offer(Dispatch("steer", message, message["channel_id"]))
-        if outcome == OFFER_OK:
-            self.counters.incr("steered")
-            self._note_sent(session, message)
-            return True
-        self._refused(session, outcome, message)
-        return False
-
-    @staticmethod
-    def _note_sent(session: Session, message: dict[str, Any]) -> None:
-        """Advance the session's sweep floor when a live push is the next seq in line."""
-        channel_id = message["channel_id"]
-        floor = session.floors.get(channel_id)
-        if floor is not None and message["seq"] == floor + 1:
-            session.floors[channel_id] = floor + 1
-
-    def _refused(self, session: Session, outcome: str, message: dict[str, Any]) -> None:
-        self.counters.incr("dispatch_refused")
-        log.info(
-            "dispatch refused",
-            session_id=session.session_id,
-            agent_id=session.agent_id,
-            message_id=message["id"],
-            outcome=outcome,
-        )
-        if outcome == OFFER_FULL:
-            self._catch_up(session)
-
-    def _catch_up(self, session: Session) -> None:
-        """A full queue: sweep the session again (cursors, then owed) once it drains."""
-        if session.phase != PHASE_CURSOR:
-            session.phase = PHASE_CURSOR
-            session.owed_after = ("", 0)
-        session.want_refill()
 
     # ======================================================================================
     # Session edges and sweeps
@@ -652,26 +406,16 @@ class Consumer:
             elif edge.kind == "state":
                 self._state(session, edge.arg)
             elif edge.kind == "refill":
-                self._sweep(session)
+                self.sweeper.sweep(session)
         except Exception as exc:  # noqa: BLE001 - never crash the consumer
-            self._resweep_live = True
-            log.error("session edge failed", kind=edge.kind, session_id=session.session_id, error=repr(exc))
-            self._recover_db()
-
-    def _strict_write(self) -> Any:
-        """A write transaction on the consumer's connection that commits with the server's
-        default durability (the connection's own setting is for the routing flush only)."""
-        assert self._db is not None
-        return _strict(self._db)
+            self.link.failed("session edge failed", exc, resweep=True, kind=edge.kind, session_id=session.session_id)
 
     def _session_row(self, fn: Callable[..., Any], *args: Any) -> None:
-        assert self._db is not None
         try:
-            with self._strict_write() as tx:
+            with self.link.strict_write() as tx:
                 fn(tx, *args)
         except Exception as exc:  # noqa: BLE001 - session rows are bookkeeping
-            log.warning("session row not written", error=repr(exc))
-            self._recover_db()
+            self.link.failed("session row not written", exc, level="warning")
 
     def _start(self, session: Session) -> None:
         self._session_row(delivery_store.insert_session, session.session_id, session.agent_id, self.clock.now_ms())
@@ -683,7 +427,7 @@ class Consumer:
         session.phase = PHASE_CURSOR
         session.floors = {}
         session.owed_after = ("", 0)
-        self._sweep(session)
+        self.sweeper.sweep(session)
 
     def _end(self, session: Session, reason: str) -> None:
         if self.live.get(session.agent_id) is session:
@@ -691,121 +435,13 @@ class Consumer:
         self.counters.incr("sessions_ended")
         log.info("session ended", session_id=session.session_id, agent_id=session.agent_id, reason=reason)
         if self.options.settle_on_end:
-            self._fire_held(session.session_id)
+            self.router.fire_held(session.session_id)
         self._session_row(delivery_store.end_session, session.session_id, reason or "closed", self.clock.now_ms())
 
     def _state(self, session: Session, state: str) -> None:
         self._session_row(delivery_store.set_session_state, session.session_id, state)
         if state in SETTLE_STATES:
-            self._fire_held(session.session_id)
-
-    def _fire_held(self, session_id: str) -> None:
-        """The settle edge: fan out the session's held messages in post order, re-read
-        (a page of ``event_batch`` ids per batched read)."""
-        ids = self.held.pop(session_id, None)
-        if not ids:
-            return
-        self.held_ids.difference_update(ids)  # none is held any more, whatever happens next
-        page = max(1, self.options.event_batch)
-        for start in range(0, len(ids), page):
-            chunk = ids[start:start + page]
-            reads = self._read_batch(chunk)
-            for message_id in chunk:
-                try:
-                    row, members = self._read_message(message_id, reads)
-                except Exception as exc:  # noqa: BLE001 - stays NULL; the scan routes it
-                    self.counters.incr("route_failures")
-                    self._resweep_live = True
-                    log.error("held message not re-read at settle", message_id=message_id, error=repr(exc))
-                    self._recover_db()
-                    continue
-                if row is not None:
-                    self.counters.incr("settled")
-                    with coalesced_wakes():
-                        self._fan_out(row, members)
-
-    def _sweep(self, session: Session) -> None:
-        """One step of a session's sweep: a page of cursors, then a page of owed mentions."""
-        if self.live.get(session.agent_id) is not session or session.closed:
-            return
-        if session.phase == PHASE_CURSOR:
-            if not self._cursor_page(session):
-                session.want_refill()
-                return
-            session.phase = PHASE_OWED
-        if session.phase == PHASE_OWED:
-            if not self._owed_page(session):
-                session.want_refill()
-                return
-            session.phase = PHASE_LIVE
-
-    def _cursor_page(self, session: Session) -> bool:
-        """Deliver up to one page of what the agent's cursors say is undelivered.
-
-        True when the sweep reached the head of every sweep-set channel (or the session is
-        gone); False when there may be more, or the queue is full.
-        """
-        assert self._db is not None
-        agent_id = session.agent_id
-        budget = self.options.sweep_page
-        with self._db.read() as tx:
-            for cur in delivery_store.sweep_cursors(tx, agent_id):
-                channel_id = cur.channel_id
-                floor = max(cur.acked_seq, session.floors.get(channel_id, 0))
-                session.floors[channel_id] = floor
-                rows = delivery_store.channel_page_for(tx, agent_id, channel_id, floor, budget)
-                for row in rows:
-                    seq = row["channel_seq"]
-                    if seq not in cur.above and row["deleted_at_ms"] is None:
-                        outcome = session.offer(Dispatch("deliver", public_message(row), channel_id))
-                        if outcome != OFFER_OK:
-                            self.counters.incr("dispatch_refused")
-                            return outcome == OFFER_CLOSED
-                        self.counters.incr("delivered")
-                    session.floors[channel_id] = seq
-                budget -= len(rows)
-                if budget <= 0:
-                    return False
-        return True
-
-    def _owed_page(self, session: Session) -> bool:
-        """Steer up to one page of the agent's owed mentions; owed rows of deleted
-        messages are cleared instead (they would be re-logged at every start)."""
-        assert self._db is not None
-        after_channel, after_seq = session.owed_after
-        page = self.options.sweep_page
-        with self._db.read() as tx:
-            rows = cursors_store.owed_page(tx, session.agent_id, after_channel, after_seq, page)
-        vanished: list[str] = []
-        finished = len(rows) < page
-        for row in rows:
-            if row["deleted_at_ms"] is None:
-                outcome = session.offer(Dispatch("steer", public_message(row), row["channel_id"]))
-                if outcome != OFFER_OK:
-                    self.counters.incr("dispatch_refused")
-                    finished = outcome == OFFER_CLOSED
-                    break
-                self.counters.incr("steered")
-            else:
-                vanished.append(row["id"])
-            session.owed_after = (row["channel_id"], row["channel_seq"])
-        if vanished:
-            with self._strict_write() as tx:
-                for message_id in vanished:
-                    cursors_store.clear_owed(tx, session.agent_id, message_id)
-        return finished
-
-    def sweep_all_live(self) -> None:
-        """Put every live session through its sweep again (after an overrun)."""
-        for session in list(self.live.values()):
-            session.phase = PHASE_CURSOR
-            session.owed_after = ("", 0)
-            try:
-                self._sweep(session)
-            except Exception as exc:  # noqa: BLE001
-                self._resweep_live = True
-                log.error("sweep failed", session_id=session.session_id, error=repr(exc))
-                self._recover_db()
+            self.router.fire_held(session.session_id)
 
     # ======================================================================================
     # Recovery: overrun, scan, periodic
@@ -823,162 +459,33 @@ class Consumer:
         self.counters.incr("overruns_handled")
         log.warning("bus overrun: re-subscribed; sweeping live sessions, then scanning")
         self._flush()
-        self.sweep_all_live()
+        self.sweeper.sweep_all_live()
         if self.options.scan_enabled:
             self.scan()
 
     def scan(self) -> int:
-        """The recovery scan (RIG-2490): route every committed message whose mention pass
-        never completed. Returns how many messages it marked.
-
-        Ascending global seq, in batches, with a floor that lives only in this call (never
-        persisted: a row that commits late below it is simply found by the next scan).
-        A message held right now is skipped (its settle edge owns it). A per-message failure
-        leaves that message NULL and the scan goes on; a failed batch read ends this scan.
-        Memory is one batch plus one member list per channel in that batch.
-        """
-        assert self._db is not None
-        self._flush()  # the scan must see the marks of every pass already decided
-        self.counters.incr("scans")
-        floor = 0
-        marked = 0
-        skipped = 0
-        batch = self.options.scan_batch
-        while True:
-            try:
-                if self.faults.fire(SCAN_READ_FAULT):
-                    raise RuntimeError("fault: delivery.scan_read_error")
-                with self._db.read() as tx:
-                    rows = delivery_store.unrouted_page(tx, floor, batch)
-            except Exception as exc:  # noqa: BLE001 - the scan never crashes the consumer
-                self.counters.incr("scan_failures")
-                log.error("recovery scan: batch read failed; this scan ends here", after_seq=floor, error=repr(exc))
-                self._recover_db()
-                break
-            members_of: dict[str, list[ChannelAgent]] = {}
-            for row in rows:
-                floor = row["seq"]
-                message_id = row["id"]
-                if message_id in self.held_ids:
-                    skipped += 1
-                    continue
-                if row["deleted_at_ms"] is not None:
-                    self._unit.mark(row)
-                    continue
-                # Most messages mention nobody: skip decoding their blocks at all.
-                raw = row["blocks"]
-                handles: list[str] = []
-                if "@" in raw:
-                    row["blocks"] = json.loads(raw)
-                    handles = mention_handles(row["blocks"])
-                members: list[ChannelAgent] = []
-                if handles:
-                    channel_id = row["channel_id"]
-                    cached = members_of.get(channel_id)
-                    if cached is None:
-                        try:
-                            with self._db.read() as tx:
-                                cached = delivery_store.channel_agents(tx, channel_id)
-                        except Exception as exc:  # noqa: BLE001 - this message stays NULL
-                            self.counters.incr("route_failures")
-                            log.error("recovery scan: members not read", message_id=message_id, error=repr(exc))
-                            self._recover_db()
-                            continue
-                        members_of[channel_id] = cached
-                    members = cached
-                self.route_mentions_for(row, members, handles=handles)
-            marked += self._flush()
-            if len(rows) < batch:
-                break
-        self.counters.incr("scan_recovered", marked)
-        if marked or skipped:
-            log.info("recovery scan done", marked=marked, skipped_held=skipped)
-        return marked
+        """The recovery scan (``scan.Scanner.scan``); returns how many messages it marked."""
+        return self.scanner.scan()
 
     def _scan_due(self) -> bool:
         return self._next_scan_at is not None and self.clock.now_ms() >= self._next_scan_at
 
     def _periodic(self) -> None:
-        """The clock's recovery point: a NULL left by a failed pass does not wait for a
-        restart or an overrun (the Zulip "hard disconnect" lesson)."""
+        """The clock's recovery point (``scan.Scanner.periodic``), then the next due time."""
         self._next_scan_at = self.clock.now_ms() + self.options.scan_interval_ms
-        recovered = self.scan() if self.options.scan_enabled else 0
-        if self._resweep_live or recovered:
-            # A message the scan had to route is one whose event this consumer never
-            # handled (a dropped publish, another process's post): its live subscribers
-            # have not had it pushed either, and their cursor sweep is what pushes it.
-            self._resweep_live = False
-            self.sweep_all_live()
+        self.scanner.periodic()
 
     # ======================================================================================
     # Flush: owed rows and marks in one commit, then the wakes
     # ======================================================================================
     def _flush(self) -> int:
-        """Commit the pending owed rows and marks; returns the number of rows marked.
-
-        If the batch fails, each message is retried alone so one bad message cannot keep
-        the others unmarked; whatever still fails stays NULL for the next scan.
-        """
-        unit = self._unit
+        """Commit what the passes decided (``unit.Flusher``); returns the number of rows
+        marked. The published progress covers the events handled up to here."""
         self._pending_since = None
         self._durable_seq = self._handled_seq
-        if unit.empty():
+        if self._unit.empty():
             return 0
-        self._unit = _Unit()
-        marked = 0
-        try:
-            marked = self._write(list(unit.marks.values()), unit.owed)
-        except Exception as exc:  # noqa: BLE001
-            self.counters.incr("flush_failures")
-            self._recover_db()
-            ids = list(dict.fromkeys([*unit.marks, *unit.owed]))
-            if len(ids) > 1:
-                for message_id in ids:
-                    try:
-                        marked += self._write(
-                            [unit.marks[message_id]] if message_id in unit.marks else [],
-                            {message_id: unit.owed.get(message_id, [])},
-                        )
-                    except Exception as one_exc:  # noqa: BLE001
-                        self.counters.incr("flush_failures")
-                        log.error("routing not committed; left for the recovery scan", message_id=message_id,
-                                  error=repr(one_exc))
-                        self._recover_db()
-            else:
-                log.error("routing not committed; left for the recovery scan", message_ids=ids, error=repr(exc))
-        for agent_id, (wake_json, reason) in unit.wakes.items():
-            self.wakers.request(agent_id, wake_json, reason)
-        return marked
-
-    def _write(self, marks: list[int], owed: dict[str, list[tuple[str, str]]]) -> int:
-        assert self._db is not None
-        now = self.clock.now_ms()
-        rows = [(agent_id, message_id, channel_id) for message_id, pairs in owed.items() for agent_id, channel_id in pairs]
-        # One statement on PostgreSQL, in autocommit on a connection whose commits do not
-        # wait for the WAL flush: safe, a lost commit loses marks and owed rows together
-        # and leaves the messages NULL for the scan (D16).
-        with self._db.autocommit_write() as tx:
-            if self.faults.fire(FLUSH_FAULT):
-                raise RuntimeError("fault: delivery.flush_error")
-            recorded, marked = delivery_store.record_and_mark(tx, rows, marks, now)
-        if recorded:
-            self.counters.incr("owed_recorded", recorded)
-            hook = self.after_owed_recorded
-            if hook is not None:
-                hook()
-        return marked
-
-    def _recover_db(self) -> None:
-        """Replace the dedicated connection if it broke (a lost PostgreSQL link)."""
-        db = self._db
-        if db is None:
-            return
-        conn = db.dbapi
-        if getattr(conn, "broken", False) or getattr(conn, "closed", False) is True:
-            try:
-                db.reconnect()
-            except Exception as exc:  # noqa: BLE001 - the next use retries
-                log.error("could not reconnect", error=repr(exc))
+        return self.flusher.flush(self._unit.take())
 
     # ======================================================================================
     # Observability and the thread
@@ -1072,9 +579,3 @@ class Consumer:
         if not poke.done():
             poke.cancel()
 
-
-@contextlib.contextmanager
-def _strict(db: Dedicated) -> Iterator[Any]:
-    with db.write() as tx:
-        delivery_store.strict_commit(tx)
-        yield tx
