@@ -32,6 +32,9 @@ INBOX_SRC = "src/tidings/store/inbox.py"
 READCUR = "src/tidings/store/read_cursors.py"
 BACKOFF = "src/tidings/ingest/backoff.py"
 WORKER_SRC = "src/tidings/ingest/worker.py"
+ON_APPEND = "src/tidings/ingest/on_append.py"
+APPLY_SRC = "src/tidings/ingest/apply.py"
+RETRY_SRC = "src/tidings/store/retry.py"
 PROJ_SRC = "src/tidings/ingest/projection.py"
 GOOGLE = "src/tidings/ingest/decoders/google_json.py"
 POSTING = "src/tidings/hub/posting.py"
@@ -246,27 +249,27 @@ add("wake.real_clock_waits_forever", WORKER_SRC,
 add("retry.no_in_attempt_retries", BACKOFF, "ATTEMPTS = 4\n", "ATTEMPTS = 1\n",
     t(WORKER, "test_transient_failure_in_the_reactions_step_leaves_the_frame_untouched_then_applies_fully"),
     why="one busy error defers the frame for a second")
-add("quarantine.transient_is_deterministic", WORKER_SRC,
-    "                if is_transient(exc):\n                    self._recover(exc)\n                    last = exc\n                    if attempt",
-    "                if False:\n                    self._recover(exc)\n                    last = exc\n                    if attempt",
+add("quarantine.transient_is_deterministic", RETRY_SRC,
+    "            if not is_transient(exc):\n                raise\n            reconnect_if_broken(conn)",
+    "            if True:\n                raise\n            reconnect_if_broken(conn)",
     t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
     why="a busy database quarantines the frame for good")
 
 # == apply on append ========================================================================
-add("append.order_check_removed", WORKER_SRC,
-    "        if len(older) > deferred:\n            return True\n",
-    "        return False\n",
+add("append.order_check_removed", ON_APPEND,
+    "    if len(older) > deferred:\n        return True\n",
+    "    return False\n",
     t(APPEND, "test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge"),
     why="a new frame applies before an older unprocessed frame of its bridge (out of receipt order)")
-add("append.backoff_holds_everything_up", WORKER_SRC,
-    "        return not all(retries.waiting(i, now) for i in older)", "        return bool(older)",
+add("append.backoff_holds_everything_up", ON_APPEND,
+    "    return not all(retries.waiting(i, now) for i in older)", "    return bool(older)",
     t(APPEND, "test_a_frame_waiting_out_its_backoff_does_not_hold_up_later_frames"),
     why="one stuck frame sends every later append to the drain")
-add("append.transient_is_deterministic", WORKER_SRC,
-    "            if is_transient(exc):\n                log.info(", "            if False:\n                log.info(",
+add("append.transient_is_deterministic", ON_APPEND,
+    "        if is_transient(exc):\n            log.info(", "        if False:\n            log.info(",
     t(APPEND, "test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the_worker"),
     why="a busy error on append quarantines the frame")
-add("append.keeps_applying_after_a_left_frame", WORKER_SRC,
+add("append.keeps_applying_after_a_left_frame", ON_APPEND,
     "            if outcome == LEFT:\n                self.applying = False\n",
     "            if outcome == LEFT:\n",
     t(APPEND, "test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the_worker"),

@@ -255,7 +255,7 @@ def test_http_no_202_when_the_append_commit_fails(client, runtime, backend_url):
                (ctx.bridge_id,))
         return True
 
-    worker._project = project_then_poison_the_commit  # the COMMIT itself will fail
+    worker.applier.project = project_then_poison_the_commit  # the COMMIT itself will fail
     r = client.post(f"/api/v1/bridges/{br['id']}/frames", json=signal_frame(2), headers=auth(br["token"]))
     assert r.status_code == 500
     with runtime.store.read() as tx:

@@ -251,10 +251,10 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
 def test_an_unknown_bridge_is_404_every_time_and_never_remembered(store, ingest):
     with pytest.raises(NotFound):
         ingest.append_body("br_nope", signal_body(0), "signal")
-    assert "br_nope" not in ingest.worker._platforms
+    assert "br_nope" not in ingest.worker.applier.platforms
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, signal_body(0), "signal")
-    assert ingest.worker._platforms == {bridge: "signal"}
+    assert ingest.worker.applier.platforms == {bridge: "signal"}
     with pytest.raises(NotFound):
         ingest.append_body("br_nope", signal_body(1), "signal")
     with pytest.raises(NotFound):  # the same without apply on append
@@ -319,10 +319,10 @@ def test_a_failed_append_transaction_leaves_its_connection_usable(store, ingest)
 
     from tidings.ingest import projection
 
-    ingest.worker._project = poison
+    ingest.worker.applier.project = poison
     with pytest.raises(Exception):
         ingest.append_body(bridge, signal_body(1), "signal")
-    ingest.worker._project = projection.project_frame
+    ingest.worker.applier.project = projection.project_frame
     ingest.append_body(bridge, signal_body(2), "signal")
     assert outcomes(store) == {"applied": 2}
     with store.read() as tx:

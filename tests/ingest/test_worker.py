@@ -437,7 +437,7 @@ def test_a_lost_postgresql_connection_is_transient_and_the_worker_reconnects(sto
                 tx.raw("SELECT pg_terminate_backend(pg_backend_pid())")  # the server drops us
             return original(tx, ctx, events)
 
-        rig.ingest.worker._project = project
+        rig.ingest.worker.applier.project = project
         rig.append("a")
         clock.advance(1)
         rig.append("b")
@@ -464,7 +464,7 @@ def test_stop_ends_a_long_drain_between_frames_and_a_restart_finishes_it(rig, cl
             release.wait(10)
         return original(tx, ctx, events)
 
-    rig.worker._project = project
+    rig.worker.applier.project = project
     rig.worker.start()
     assert inside.wait(10)
     stopper = threading.Thread(target=rig.ingest.stop)

@@ -18,6 +18,7 @@ import structlog
 from ..counters import Counters
 from ..store import delivery as delivery_store
 from ..store.engine import Dedicated, Store, Tx
+from ..store.retry import reconnect_if_broken
 
 log = structlog.get_logger("tidings.delivery")
 
@@ -80,12 +81,4 @@ class Link:
 
     def recover(self) -> None:
         """Replace the dedicated connection if it broke (a lost PostgreSQL link)."""
-        db = self._db
-        if db is None:
-            return
-        conn = db.dbapi
-        if getattr(conn, "broken", False) or getattr(conn, "closed", False) is True:
-            try:
-                db.reconnect()
-            except Exception as exc:  # noqa: BLE001 - the next use retries
-                log.error("could not reconnect", error=repr(exc))
+        reconnect_if_broken(self._db)

@@ -10,7 +10,7 @@ runtime. ``TIDINGS_INGEST_GROUP=N`` sets the worker's group size (frames per
 transaction, default 1; see ``worker.py``).
 
 Apply on append (``apply_on_append=True``, the default): the append transaction also
-applies its new frames through the worker's one "apply a frame" (``Worker.insert_applied``),
+applies its new frames through the worker's one "apply a frame" (``on_append.insert_applied``),
 each in a SAVEPOINT, when the bridge has no older unprocessed frame (one waiting out its
 backoff aside: the drain passes it too). So a frame usually
 costs one commit instead of two (its inbox row, inserted already marked applied, and its

@@ -246,7 +246,7 @@ def append_frames(
     ``new_id`` mints inbox ids (default ``new_inbox_id``); the replay harness passes a
     deterministic one of the same shape, so two replays of a corpus compare row for row.
     ``insert(tx, inbox_id, frame) -> inserted`` stores one frame (default: unprocessed);
-    apply on append passes one that stores it applied (``ingest.worker.AppendApplier``).
+    apply on append passes one that stores it applied (``ingest.on_append.AppendApplier``).
     ``bridge_platform(tx, bridge_id)`` says whether the bridge exists (default: read it;
     ``Ingest`` passes the worker's, which remembers the bridges it has seen).
     """

@@ -1,0 +1,162 @@
+"""Apply on append: the append transaction applies the frames it stores.
+
+Used by ``Ingest.append`` through ``Worker.appender``. Each new frame is applied through
+the drain's one apply path (``apply.FrameApplier.apply``) inside a SAVEPOINT, while the
+bridge has no older unprocessed frame except frames waiting out their backoff (the drain
+passes those too), so receipt order is kept exactly as the drain keeps it (D5). Applied:
+the inbox row is inserted already marked applied, together with the projection, in the
+append's one commit. A deterministic failure: the savepoint rolls back and the row is
+inserted quarantined with its cause, in that same transaction. A transient failure: the
+savepoint rolls back and the row is inserted unprocessed for the worker (``LEFT``); the
+append commits either way. The outcome classification is the drain's (``is_transient``,
+``cause_of``), not a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from ..clock import Clock
+from ..store import inbox as inbox_store
+from ..store.engine import Tx, is_transient
+from .apply import APPLIED, DUPLICATE, LEFT, QUARANTINED, Attempt, FrameApplier, FrameRow, Outcome, cause_of
+from .backoff import RetrySchedule
+
+log = structlog.get_logger("tidings.ingest")
+
+
+class _AttemptFailed(Exception):
+    """Carries an attempt's error out of a savepoint that rolled back cleanly."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def insert_row(tx: Tx, inbox_id: str, row: FrameRow, frame: Any, **outcome: Any) -> bool:
+    """Insert the inbox row of a new frame (unprocessed, or with ``outcome``); False for a
+    duplicate of the bridge's dedupe key."""
+    bridge_id, codec, codec_version, received_at_ms, payload = row
+    return inbox_store.insert_frame(
+        tx, inbox_id=inbox_id, bridge_id=bridge_id, dedupe_key=frame.dedupe_key, codec=codec,
+        codec_version=codec_version, received_at_ms=received_at_ms,
+        client_received_at_ms=frame.client_received_at_ms, payload=payload, **outcome,
+    )
+
+
+def held_up(tx: Tx, retries: RetrySchedule, clock: Clock, bridge_id: str, received_at_ms: int, inbox_id: str) -> bool:
+    """True when a frame of ``bridge_id`` appended as ``(received_at_ms, inbox_id)`` must
+    wait for the drain: the bridge has an older unprocessed frame that the worker is not
+    backing off. A frame waiting out its backoff does not hold it up, since the drain
+    passes it too (D5); any other older frame must be applied first (receipt order).
+    Reads the backoff schedule from another thread: only membership and times."""
+    deferred = len(retries)
+    older = inbox_store.older_unprocessed(tx, bridge_id, received_at_ms, inbox_id, deferred + 1)
+    if len(older) > deferred:
+        return True
+    now = clock.now_ms()
+    return not all(retries.waiting(i, now) for i in older)
+
+
+def insert_applied(
+    applier: FrameApplier, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int
+) -> Outcome:
+    """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
+
+    The inbox row is written once, already carrying its outcome: ``APPLIED`` (the
+    projection and the row together; counters added once ``tx`` commits). On failure
+    the savepoint takes the row back with the projection, and the row is written again
+    as the drain would have left it: ``QUARANTINED`` with its cause (a deterministic
+    failure) or unprocessed, ``LEFT`` for the drain (a transient one). ``DUPLICATE``:
+    the bridge's dedupe key is already stored; nothing was written. Safe on any thread:
+    it touches no per-frame state of the worker. An error that breaks ``tx`` itself
+    propagates; the caller's transaction is then lost.
+    """
+    row: FrameRow = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
+    now = applier.clock.now_ms()
+    att = Attempt()
+    try:
+        with tx.savepoint():
+            try:
+                if not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
+                    return DUPLICATE
+                _outcome, staged = applier.apply(
+                    tx, inbox_id, att, row, mark=False, doc=getattr(frame, "doc", None)
+                )
+            except Exception as exc:
+                raise _AttemptFailed(exc) from exc
+    except _AttemptFailed as failed:
+        # The savepoint was rolled back cleanly (had that failed too, its own error would
+        # have propagated instead): ``tx`` is as it was before this frame.
+        exc = failed.exc
+        if is_transient(exc):
+            log.info(
+                "transient error applying a frame on append; the worker retries it",
+                inbox_id=inbox_id, bridge_id=bridge_id, error=f"{type(exc).__name__}: {exc}",
+            )
+            insert_row(tx, inbox_id, row, frame)
+            counters = applier.counters.of(bridge_id)
+            tx.after_commit(lambda: counters.incr("left_for_worker"))
+            return LEFT
+        cause = cause_of(exc)
+        insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=QUARANTINED, cause=cause)
+        codec = att.codec
+
+        def quarantined() -> None:
+            applier.quarantined(inbox_id, bridge_id, codec, cause)
+            applier.counters.of(bridge_id).incr("applied_on_append")
+
+        tx.after_commit(quarantined)
+        return QUARANTINED
+
+    def applied() -> None:
+        if staged is not None:
+            staged.commit()
+            staged.target.incr("projected")
+            staged.target.incr("applied_on_append")
+
+    tx.after_commit(applied)
+    return APPLIED
+
+
+class AppendApplier:
+    """Apply on append, for one append transaction (``Worker.appender``).
+
+    ``append_frames`` calls it to store each new frame. Frames are applied in order while
+    the bridge has no older unprocessed frame other than those the worker is backing off
+    (``held_up``, checked once, before the first); from the first frame left to the drain
+    on, the rest are stored unprocessed too, so the drain takes them in receipt order.
+    ``left`` counts the new frames left unprocessed.
+    """
+
+    __slots__ = ("applier", "retries", "bridge_id", "received_at_ms", "applying", "left")
+
+    def __init__(self, applier: FrameApplier, retries: RetrySchedule, bridge_id: str, received_at_ms: int) -> None:
+        self.applier = applier
+        self.retries = retries
+        self.bridge_id = bridge_id
+        self.received_at_ms = received_at_ms
+        self.applying: bool | None = None
+        self.left = 0
+
+    def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
+        """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
+        if self.applying is None:
+            self.applying = not held_up(
+                tx, self.retries, self.applier.clock, self.bridge_id, self.received_at_ms, inbox_id
+            )
+        if self.applying:
+            outcome = insert_applied(self.applier, tx, inbox_id, self.bridge_id, frame, self.received_at_ms)
+            if outcome == DUPLICATE:
+                return False
+            if outcome == LEFT:
+                self.applying = False
+                self.left += 1
+            return True
+        row: FrameRow = (self.bridge_id, frame.codec, frame.codec_version, self.received_at_ms, frame.payload)
+        inserted = insert_row(tx, inbox_id, row, frame)
+        if inserted:
+            self.left += 1
+        return inserted
