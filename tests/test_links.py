@@ -132,7 +132,7 @@ def test_a_failed_projection_takes_its_post_with_it(world):
     import sqlite3
 
     worker = world.rt.ingest.worker
-    real_hook = worker.on_message
+    real_hook = worker.applier.on_message
     failures = {"left": 8}  # two whole attempts (4 tries each) fail after the post was made
 
     def post_then_fail(tx, change):
@@ -143,7 +143,7 @@ def test_a_failed_projection_takes_its_post_with_it(world):
             busy.sqlite_errorcode = 5
             raise busy
 
-    worker.on_message = post_then_fail
+    worker.applier.on_message = post_then_fail
     world.rt.ingest.append_body(bridge["id"], signal_frame(4_000, text="after a hiccup"))
     world.rt.ingest.drain()
     assert channel_messages(world, ch) == []  # rolled back with the frame

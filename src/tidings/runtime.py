@@ -14,9 +14,11 @@ import structlog
 from .bridges.links import Links
 from .bus import Bus
 from .clock import SYSTEM_CLOCK, Clock
+from .delivery.engine import Delivery
 from .faults import Faults
 from .hub import accounts
 from .hub.posting import Posting
+from .ingest.engine import Ingest
 from .store.engine import Store
 
 log = structlog.get_logger("tidings.runtime")
@@ -40,10 +42,10 @@ class Runtime:
         self.system_account_id = accounts.system_account_id(self.store)
         self.started = False
         # The engines. Each is built here, started by start(), stopped by stop(), and
-        # contributes its section to status(). (Guarded imports while the engines land.)
+        # contributes its section to status(). Both are always present.
         self.links = Links(self)
-        self.delivery = _build("tidings.delivery.engine", "Delivery", self)
-        self.ingest = _build("tidings.ingest.engine", "Ingest", self)
+        self.delivery: Delivery = Delivery(self)
+        self.ingest: Ingest = Ingest(self)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -51,20 +53,18 @@ class Runtime:
         if self.started:
             return
         self.started = True
-        for engine in (self.delivery, self.ingest):
-            if engine is not None:
-                engine.start()
+        self.delivery.start()
+        self.ingest.start()
         log.info("runtime started", db=self.store.dialect)
 
     def stop(self) -> None:
         """Stop the engines, close the bus and the store (idempotent)."""
         if self.started:
             self.started = False
-            for engine in (self.ingest, self.delivery):
-                if engine is not None:
-                    engine.stop()
+            self.ingest.stop()
+            self.delivery.stop()
             log.info("runtime stopped")
-        elif self.ingest is not None:
+        else:
             self.ingest.stop()  # never started, but it may hold append connections
         self.bus.close()
         self.store.dispose()
@@ -80,19 +80,8 @@ class Runtime:
     def status(self) -> dict[str, Any]:
         """The counters of ``GET /api/status`` (CONTRACT §2 Status)."""
         return {
-            "ingest": self.ingest.status() if self.ingest else {"per_bridge": {}, "backlog": 0, "deferred_now": 0},
-            "delivery": self.delivery.status() if self.delivery else {},
+            "ingest": self.ingest.status(),
+            "delivery": self.delivery.status(),
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
         }
 
-
-def _build(module_name: str, attr: str, runtime: "Runtime") -> Any:
-    from importlib import import_module
-
-    try:
-        module = import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    return getattr(module, attr)(runtime)

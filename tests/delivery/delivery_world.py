@@ -71,8 +71,9 @@ class World:
         self.rt = runtime
         self.d = Delivery(runtime, waker=self.waker, **{**self.options, **overrides})
         runtime.delivery = self.d
-        runtime.ingest = None  # not under test here: no ingest worker threads
-        runtime.start()
+        # Only delivery starts: the ingest engine is not under test here (no worker thread).
+        self.d.start()
+        runtime.started = True
 
     @property
     def store(self):

@@ -8,16 +8,18 @@ with a generic message (never the exception text, which could leak data).
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import TidingsError
+from ..http_edge import error_response
+from ..mcp import http as mcp_http
 from ..runtime import Runtime
+from . import bridges, conversations, links, routes, sessions, web
 from .limits import DEFAULT_MAX_BODY, BodyLimit
 
 log = structlog.get_logger("tidings.api")
@@ -25,10 +27,6 @@ log = structlog.get_logger("tidings.api")
 _STATUS_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                  405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported_media_type",
                  422: "bad_request"}
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_runtime: bool = False) -> FastAPI:
@@ -71,36 +69,17 @@ def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_run
         log.error("unhandled error", path=request.url.path, request_id=request_id, exc_info=exc)
         return error_response(500, "internal", f"internal error (request id {request_id})")
 
-    from . import routes
-
     app.include_router(routes.router)
-    for extension in _extensions():
-        extension(app, runtime)
+    for install in (sessions.install, bridges.install, conversations.install, links.install, web.install,
+                    mcp_http.install):
+        install(app, runtime)
     app.add_middleware(BodyLimit, max_body=max_body)
     return app
-
-
-def _extensions():
-    """Routers contributed by the engines (delivery sessions, bridges, MCP, web page)."""
-    from importlib import import_module
-
-    out = []
-    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.web", "tidings.mcp.http"):
-        try:
-            module = import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        out.append(module.install)
-    return out
 
 
 @asynccontextmanager
 async def _extra_lifespans(app: FastAPI):
     """Enter the lifespans extensions registered (the MCP session manager needs one)."""
-    from contextlib import AsyncExitStack
-
     async with AsyncExitStack() as stack:
         for factory in app.state.lifespans:
             await stack.enter_async_context(factory())

@@ -49,9 +49,8 @@ def create_bridge(
 def list_bridges(request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
     rt = deps.runtime(request)
     rows = bridges_hub.list_bridges(rt.store, who)
-    if rt.ingest is not None:
-        for row in rows:
-            row["counters"] = rt.ingest.counters.of(row["id"]).snapshot()
+    for row in rows:
+        row["counters"] = rt.ingest.counters.of(row["id"]).snapshot()
     return {"bridges": rows}
 
 
@@ -59,8 +58,7 @@ def list_bridges(request: Request, who: Principal = Depends(deps.principal)) -> 
 def get_bridge(bridge_id: str, request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
     rt = deps.runtime(request)
     row = bridges_hub.public_bridge(bridges_hub.visible_bridge(rt.store, who, bridge_id))
-    if rt.ingest is not None:
-        row["counters"] = rt.ingest.counters.of(bridge_id).snapshot()
+    row["counters"] = rt.ingest.counters.of(bridge_id).snapshot()
     return row
 
 
@@ -70,8 +68,6 @@ def append_frames(
 ):
     bridges_hub.check_frame_writer(who, bridge_id)
     rt = deps.runtime(request)
-    if rt.ingest is None:  # pragma: no cover - the ingest engine is part of every build now
-        raise BadRequest("ingest is not available in this build", code="no_ingest")
     row = bridges_hub.load_bridge(rt.store, bridge_id)
     results = rt.ingest.append_body(bridge_id, body, row["platform"])
     return JSONResponse({"results": [r.as_json() for r in results]}, status_code=202)

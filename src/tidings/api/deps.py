@@ -7,23 +7,14 @@ from typing import Any
 
 from fastapi import Request
 
-from ..errors import BadRequest, Forbidden, Unauthorized
+from ..errors import BadRequest, Forbidden
+from ..http_edge import bearer
 from ..hub.tokens import Principal, authenticate
 from ..runtime import Runtime
 
 
 def runtime(request: Request) -> Runtime:
     return request.app.state.runtime
-
-
-def bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise Unauthorized("Authorization must be 'Bearer <token>'", code="bad_token")
-    return value.strip()
 
 
 def principal(request: Request) -> Principal:

@@ -105,7 +105,7 @@ def may_view_agent(who: Principal, agent: dict[str, Any]) -> bool:
 @router.get("/api/v1/agents")
 def list_agents(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
     rt = deps.runtime(request)
-    registry = rt.delivery.registry if rt.delivery is not None else None
+    registry = rt.delivery.registry
     with rt.store.read() as tx:
         agents = [a for a in accounts_store.accounts(tx, "agent") if may_view_agent(who, a)]
         owners: dict[str, str | None] = {}
@@ -119,7 +119,7 @@ def list_agents(request: Request, who: Principal = Depends(deps.account_caller))
     for agent in agents:
         item = accounts_hub.public_account(agent)
         item["owner_handle"] = owners.get(agent["owner_id"]) if agent["owner_id"] else None
-        item["live"] = registry.is_live(agent["id"]) if registry is not None else False
+        item["live"] = registry.is_live(agent["id"])
         item["owed"] = int(owed[agent["id"]] or 0)
         out.append(item)
     return {"agents": out}

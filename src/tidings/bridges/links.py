@@ -98,7 +98,7 @@ class Links:
                     author_id=bridge_account, channel_id=channel_id, text=text,
                     client_request_id=link_request_id(channel_id, change.message_id), tx=tx,
                 )
-                if inserted and self.runtime.ingest is not None:
+                if inserted:
                     tx.after_commit(lambda b=change.bridge_id: self.runtime.ingest.counters.of(b).incr("links_posted"))
             return
         for channel_id, bridge_account in targets:

@@ -131,8 +131,7 @@ def run_ingest(file: Path, bridge_id: str, db_url: str, out: Console, err: Conso
             return fail(f"{left} frames are still unprocessed; they stay in the inbox and the hub retries them")
         return 0
     finally:
-        if runtime.ingest is not None:
-            runtime.ingest.stop()  # closes the drain's connection (the runtime was never started)
+        runtime.ingest.stop()  # closes the drain's connection (the runtime was never started)
         runtime.stop()
 
 

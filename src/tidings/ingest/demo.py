@@ -93,7 +93,6 @@ def seed_demo_bridge(runtime: Any, admin: Principal, ids: dict[str, str]) -> dic
             tx, token_hash=hash_token(DEMO_BRIDGE_TOKEN), scope="bridge", account_id=bridge["account_id"],
             bridge_id=bridge["id"], label="demo", now=runtime.store.now_ms(),
         )
-    if runtime.ingest is not None:
-        frames = demo_frames(runtime.store.now_ms())
-        runtime.ingest.append(bridge["id"], runtime.ingest.parse(frames, "signal"))
+    frames = demo_frames(runtime.store.now_ms())
+    runtime.ingest.append(bridge["id"], runtime.ingest.parse(frames, "signal"))
     return {**bridge, "token": DEMO_BRIDGE_TOKEN}

@@ -38,8 +38,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..api.app import error_response
-from ..api.deps import bearer
+from ..http_edge import bearer, error_response
 from ..errors import Forbidden, TidingsError
 from ..hub.tokens import Principal, authenticate
 from .server import build_server

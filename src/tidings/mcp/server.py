@@ -11,7 +11,7 @@ use cases, so the MCP surface has exactly the HTTP API's rules:
   like a missing one), posting through ``runtime.posting.post`` (the bus publish the
   delivery consumer routes; idempotent by ``client_request_id``);
 * owed mentions and acks: ``runtime.delivery.owed`` / ``runtime.delivery.ack``;
-* bridge conversations: ``api.conversations`` (admin, the bridge's owner and the owner's
+* bridge conversations: ``bridges.conversations`` (admin, the bridge's owner and the owner's
   agents; everyone else "unknown conversation" / "unknown bridge");
 * search: hub messages in the agent's channels, plus bridge messages of the bridges its
   owner owns (``store.bridge_messages.search``).
@@ -39,7 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from ..api import conversations as conversations_api
+from ..bridges import conversations as bridge_conversations
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
 from ..hub.tokens import Principal
@@ -150,7 +150,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         """Mentions of you that you have not acked yet (each with its message), by
         channel then seq. Ack each one once you handled it."""
         who = agent(ctx)
-        owed = _delivery(runtime).owed(who, who.account_id)
+        owed = runtime.delivery.owed(who, who.account_id)
         with store.read() as tx:
             rows = [messages_store.message(tx, o["message_id"]) for o in owed]
             marked = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in rows if r is not None])
@@ -165,22 +165,22 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         """Acknowledge a message you handled: clears an owed mention and advances your
         cursor. Idempotent."""
         who = agent(ctx)
-        return _delivery(runtime).ack(who.account_id, message_id)
+        return runtime.delivery.ack(who.account_id, message_id)
 
     @mcp.tool(annotations=_READ_ONLY)
     @_domain_errors
     def list_conversations(
         ctx: Context,
         bridge_id: Annotated[str | None, Field(description="One bridge; omit for every bridge you may read.")] = None,
-        limit: Annotated[int, Field(ge=1, le=conversations_api.MAX_LIMIT)] = conversations_api.DEFAULT_LIMIT,
+        limit: Annotated[int, Field(ge=1, le=bridge_conversations.MAX_LIMIT)] = bridge_conversations.DEFAULT_LIMIT,
         before_ms: Annotated[
             int | None,
-            Field(ge=0, le=conversations_api.MAX_BEFORE_MS,
+            Field(ge=0, le=bridge_conversations.MAX_BEFORE_MS,
                   description="Only conversations whose last message is strictly older (paging)."),
         ] = None,
         before_id: Annotated[
             str | None,
-            Field(min_length=1, max_length=conversations_api.MAX_ID_LEN,
+            Field(min_length=1, max_length=bridge_conversations.MAX_ID_LEN,
                   description="With before_ms: resume right after this conversation (pass next_before_id)."),
         ] = None,
     ) -> dict[str, Any]:
@@ -193,32 +193,32 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         page = {"limit": limit, "before_ms": before_ms, "before_id": before_id or ""}
         with store.read() as tx:
             if bridge_id is not None:
-                convs = conversations_api.list_conversations(tx, who, bridge_id, **page)
+                convs = bridge_conversations.list_conversations(tx, who, bridge_id, **page)
             else:
-                owner = conversations_api.readable_owner(tx, who)
+                owner = bridge_conversations.readable_owner(tx, who)
                 convs = []
-                if owner != conversations_api.NOBODY:
+                if owner != bridge_conversations.NOBODY:
                     for bridge in inbox_store.bridges(tx, owner):
-                        convs += conversations_api.list_conversations(tx, who, bridge["id"], **page)
+                        convs += bridge_conversations.list_conversations(tx, who, bridge["id"], **page)
                 # the same (time, id) order each bridge's page was cut in
                 convs.sort(key=lambda c: (c["last_message_at_ms"] or 0, c["id"]), reverse=True)
                 convs = convs[:limit]
-        return _untrusted({"conversations": convs, **conversations_api.next_page(convs, limit, "last_message_at_ms")})
+        return _untrusted({"conversations": convs, **bridge_conversations.next_page(convs, limit, "last_message_at_ms")})
 
     @mcp.tool(annotations=_READ_ONLY)
     @_domain_errors
     def get_conversation_messages(
         conversation_id: str,
         ctx: Context,
-        limit: Annotated[int, Field(ge=1, le=conversations_api.MAX_LIMIT)] = conversations_api.DEFAULT_LIMIT,
+        limit: Annotated[int, Field(ge=1, le=bridge_conversations.MAX_LIMIT)] = bridge_conversations.DEFAULT_LIMIT,
         before_ms: Annotated[
             int | None,
-            Field(ge=0, le=conversations_api.MAX_BEFORE_MS,
+            Field(ge=0, le=bridge_conversations.MAX_BEFORE_MS,
                   description="Only messages strictly older than this (pass next_before_ms to page back)."),
         ] = None,
         before_id: Annotated[
             str | None,
-            Field(min_length=1, max_length=conversations_api.MAX_ID_LEN,
+            Field(min_length=1, max_length=bridge_conversations.MAX_ID_LEN,
                   description="With before_ms: resume right after this message (pass next_before_id)."),
         ] = None,
     ) -> dict[str, Any]:
@@ -229,14 +229,14 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         if before_id is not None and before_ms is None:
             raise BadRequest("before_id needs before_ms (pass back next_before_ms and next_before_id together)")
         with store.read() as tx:
-            msgs = conversations_api.conversation_messages(
+            msgs = bridge_conversations.conversation_messages(
                 tx, who, conversation_id, limit=limit, before_ms=before_ms, before_id=before_id or ""
             )
         return _untrusted(
             {
                 "conversation_id": conversation_id,
                 "messages": msgs,
-                **conversations_api.next_page(msgs, limit, "occurred_at_ms"),
+                **bridge_conversations.next_page(msgs, limit, "occurred_at_ms"),
             }
         )
 
@@ -257,10 +257,10 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         with store.read() as tx:
             hub_rows = queries.search_channel_messages(tx, who.account_id, needle, limit)
             out = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in hub_rows])
-            owner = conversations_api.readable_owner(tx, who)
+            owner = bridge_conversations.readable_owner(tx, who)
             bridge_rows = (
                 []
-                if owner == conversations_api.NOBODY
+                if owner == bridge_conversations.NOBODY
                 else bridge_messages.search(tx, needle, limit=limit, owner_id=owner)
             )
         return _untrusted(
@@ -288,12 +288,6 @@ def _domain_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _delivery(runtime: Any) -> Any:
-    if runtime.delivery is None:
-        raise NotFound("delivery is not available in this build", code="no_delivery")
-    return runtime.delivery
-
-
 def _untrusted(payload: dict[str, Any]) -> dict[str, Any]:
     """The warning first, then the payload."""
     return {"warning": UNTRUSTED_WARNING, "contains_untrusted_text": True, **payload}
@@ -313,7 +307,7 @@ def _mark_channel_messages(tx: Any, messages: list[dict[str, Any]]) -> dict[str,
 
 def _bridge_hit(row: dict[str, Any]) -> dict[str, Any]:
     """A bridge message found by search: the conversation message shape, with where it is."""
-    out = conversations_api.public_message(row, [])
+    out = bridge_conversations.public_message(row, [])
     del out["reactions"]  # not read by the search
     out["bridge_id"] = row["bridge_id"]
     out["conversation_title"] = row["conversation_title"]
