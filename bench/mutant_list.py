@@ -416,6 +416,8 @@ MENTIONS = "src/tidings/delivery/mentions.py"
 WAKERS = "src/tidings/delivery/wakers.py"
 DSTORE = "src/tidings/store/delivery.py"
 CURSORS = "src/tidings/store/cursors.py"
+SWEEP_STORE = "src/tidings/store/sweep.py"
+OWED_STORE = "src/tidings/store/owed.py"
 
 add("route.mark_before_route", ROUTING,
     "            if self.options.mark_on_route_failure:\n                self.unit.mark(row)\n",
@@ -426,11 +428,11 @@ add("scan.held_skip_removed", SCAN,
     "                if message_id in self.held_ids:\n                    skipped += 1\n                    continue\n", "",
     t(DREC, "test_scan_skips_a_message_held_right_now_and_leaves_it_unmarked"),
     why="the scan routes a held message before its author settles")
-add("sweep_set.no_home_channel", DSTORE,
+add("sweep_set.no_home_channel", SWEEP_STORE,
     'f"OR {account}.home_channel_id = {channel}.id)"', 'f")"',
     t(DCURS, "test_home_channel_is_swept_even_with_the_flag_off"),
     why="drift of the one sweep-set predicate: the home channel drops out when its flag is off")
-add("sweep_set.no_mandatory", DSTORE,
+add("sweep_set.no_mandatory", SWEEP_STORE,
     'f"({member}.subscribed OR {channel}.mandatory_subscription "', 'f"({member}.subscribed "',
     t(DCURS, "test_home_channel_is_swept_even_with_the_flag_off"),
     t(DOFF, "test_agents_ping_owes_only_the_members_outside_their_sweep_set"),
@@ -444,7 +446,7 @@ add("owed.only_when_offline", ROUTING,
     "if not agent.in_sweep and session is None:",
     t(DOFF, "test_a_refused_steer_to_a_live_member_outside_the_sweep_set_is_owed"),
     why="reference flaw O1: a live agent's refused steer has no backstop")
-add("owed.recording_reopens_acked", CURSORS,
+add("owed.recording_reopens_acked", OWED_STORE,
     "\"FROM json_each(:rows) WHERE true ON CONFLICT (agent_id, message_id) DO NOTHING\"",
     "\"FROM json_each(:rows) WHERE true ON CONFLICT (agent_id, message_id) DO UPDATE SET acked_at_ms = NULL\"",
     t(DCURS, "test_an_ack_before_the_mention_pass_commits_is_never_undone"),
@@ -548,7 +550,7 @@ add("wake.not_coalesced", WAKERS,
 
 # == backend-specific statements and the transient classification (store/engine.py) ===========
 ENGINE = "src/tidings/store/engine.py"
-add("pg.flush_reopens_acked", DSTORE,
+add("pg.flush_reopens_acked", OWED_STORE,
     "AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), ",
     "AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO UPDATE SET acked_at_ms = NULL RETURNING 1), ",
     t(DCURS, "test_an_ack_before_the_mention_pass_commits_is_never_undone"),

@@ -21,9 +21,10 @@ from .store import accounts as accounts_store
 from .store.sql import Stmt
 
 _GROUP_CONVERSATION = Stmt(
-    "SELECT id FROM conversations WHERE bridge_id = :bridge_id AND kind = 'group' ORDER BY created_at_ms LIMIT 1"
+    "SELECT id FROM conversations WHERE bridge_id = :bridge_id AND kind = 'group' ORDER BY created_at_ms LIMIT 1",
+    name="group_conversation",
 )
-_DEMO_BRIDGE = Stmt("SELECT id FROM bridges WHERE name = 'Alice''s phone' ORDER BY created_at_ms LIMIT 1")
+_DEMO_BRIDGE = Stmt("SELECT id FROM bridges WHERE name = 'Alice''s phone' ORDER BY created_at_ms LIMIT 1", name="demo_bridge")
 
 DEMO_TOKENS = {
     "alice": "tdg_demo_alice",

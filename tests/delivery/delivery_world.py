@@ -18,6 +18,7 @@ from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import Principal
 from tidings.runtime import Runtime
 from tidings.store import cursors as cursors_store
+from tidings.store import owed as owed_store
 from tidings.store import messages as messages_store
 
 ADMIN_TOKEN = "tdg_test_admin"
@@ -178,7 +179,7 @@ class World:
     def owed(self, agent_id: str | None = None) -> list[str] | list[tuple[str, str]]:
         with self.store.read() as tx:
             if agent_id is not None:
-                return [r["message_id"] for r in cursors_store.owed_of(tx, agent_id)]
+                return [r["message_id"] for r in owed_store.owed_of(tx, agent_id)]
             return [
                 tuple(r)
                 for r in tx.raw("SELECT agent_id, message_id FROM owed_mentions WHERE acked_at_ms IS NULL").fetchall()

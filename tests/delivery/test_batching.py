@@ -22,6 +22,7 @@ from tidings.delivery.sessions import Dispatch, Session, coalesced_wakes
 from tidings.faults import Faults
 from tidings.runtime import Runtime
 from tidings.store import delivery as delivery_store
+from tidings.store import owed as owed_store
 from tidings.store import engine as engine_mod
 from tidings.store import messages as messages_store
 
@@ -384,14 +385,14 @@ def test_record_and_mark_commit_together_or_not_at_all(world):
     try:
         with pytest.raises(Exception):  # an owed row naming no account: the whole flush fails
             with ded.autocommit_write() as tx:
-                delivery_store.record_and_mark(tx, [(gap, m1, c), ("acc_nobody", m2, c)], [s1, s2], 5)
+                owed_store.record_and_mark(tx, [(gap, m1, c), ("acc_nobody", m2, c)], [s1, s2], 5)
         assert world.owed() == [] and not world.routed(m1) and not world.routed(m2)
         with ded.autocommit_write() as tx:
-            assert delivery_store.record_and_mark(tx, [(gap, m1, c), (gap, m2, c)], [s1, s2], 5) == (2, 2)
+            assert owed_store.record_and_mark(tx, [(gap, m1, c), (gap, m2, c)], [s1, s2], 5) == (2, 2)
         with ded.autocommit_write() as tx:
-            assert delivery_store.record_and_mark(tx, [(gap, m1, c)], [s1], 6) == (0, 0)
+            assert owed_store.record_and_mark(tx, [(gap, m1, c)], [s1], 6) == (0, 0)
         with ded.autocommit_write() as tx:
-            assert delivery_store.record_and_mark(tx, [], [], 7) == (0, 0)
+            assert owed_store.record_and_mark(tx, [], [], 7) == (0, 0)
     finally:
         ded.close()
     assert sorted(world.owed(gap)) == sorted([m1, m2]) and world.routed(m1) and world.routed(m2)

@@ -8,6 +8,8 @@ import pytest
 
 from tidings.errors import NotFound
 from tidings.store import cursors as cursors_store
+from tidings.store import owed as owed_store
+from tidings.store import sweep as sweep_store
 from tidings.store import delivery as delivery_store
 
 from delivery_world import general_channel
@@ -128,15 +130,15 @@ def test_home_channel_is_swept_even_with_the_flag_off(world):
     mandatory = world.channel("announce", hu, members=[ids["aa"]], mandatory=True)
     not_member = world.channel("elsewhere", hu, mandatory=True)
     with world.store.read() as tx:
-        assert delivery_store.in_sweep_set(tx, ids["aa"], home)
-        assert delivery_store.in_sweep_set(tx, ids["aa"], mandatory)
-        assert not delivery_store.in_sweep_set(tx, ids["aa"], ch)
-        assert not delivery_store.in_sweep_set(tx, ids["aa"], not_member)
-        assert delivery_store.sweep_channels(tx, ids["aa"]) == sorted([home, mandatory])
+        assert sweep_store.in_sweep_set(tx, ids["aa"], home)
+        assert sweep_store.in_sweep_set(tx, ids["aa"], mandatory)
+        assert not sweep_store.in_sweep_set(tx, ids["aa"], ch)
+        assert not sweep_store.in_sweep_set(tx, ids["aa"], not_member)
+        assert sweep_store.sweep_channels(tx, ids["aa"]) == sorted([home, mandatory])
     world.subscribe(ch, ids["aa"])
     with world.store.read() as tx:
-        assert delivery_store.in_sweep_set(tx, ids["aa"], ch)
-        flags = {a.id: a.in_sweep for a in delivery_store.channel_agents(tx, ch)}
+        assert sweep_store.in_sweep_set(tx, ids["aa"], ch)
+        flags = {a.id: a.in_sweep for a in sweep_store.channel_agents(tx, ch)}
     assert flags == {ids["aa"]: True}  # agents only: the human owner is not listed
 
 
@@ -215,15 +217,15 @@ def test_owed_rows_record_once_clear_idempotently_and_count(world):
     m1, m2 = world.post(hu, ch, "x"), world.post(hu, ch, "y")
     now = world.clock.now_ms()
     with world.store.write() as tx:
-        assert cursors_store.count_owed(tx) == 0
-        assert cursors_store.record_owed(tx, ids["aa"], m1, ch, now) is True
-        assert cursors_store.record_owed(tx, ids["aa"], m1, ch, now) is False
-        cursors_store.record_owed(tx, ids["bb"], m2, ch, now)
-        assert cursors_store.count_owed(tx) == 2 and cursors_store.count_owed(tx, ids["aa"]) == 1
-        assert cursors_store.owed_of(tx, ids["aa"]) == [{"message_id": m1, "channel_id": ch, "seq": 1}]
-        assert cursors_store.clear_owed(tx, ids["aa"], m1) is True
-        assert cursors_store.clear_owed(tx, ids["aa"], m1) is False
-        assert cursors_store.count_owed(tx) == 1
+        assert owed_store.count_owed(tx) == 0
+        assert owed_store.record_owed(tx, ids["aa"], m1, ch, now) is True
+        assert owed_store.record_owed(tx, ids["aa"], m1, ch, now) is False
+        owed_store.record_owed(tx, ids["bb"], m2, ch, now)
+        assert owed_store.count_owed(tx) == 2 and owed_store.count_owed(tx, ids["aa"]) == 1
+        assert owed_store.owed_of(tx, ids["aa"]) == [{"message_id": m1, "channel_id": ch, "seq": 1}]
+        assert owed_store.clear_owed(tx, ids["aa"], m1) is True
+        assert owed_store.clear_owed(tx, ids["aa"], m1) is False
+        assert owed_store.count_owed(tx) == 1
 
 
 def test_ack_clears_the_owed_row_even_without_a_cursor(world):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidings.delivery.mentions import mention_handles, parse_mentions, resolve_mentioned
-from tidings.store.delivery import ChannelAgent
+from tidings.store.sweep import ChannelAgent
 
 from delivery_world import general_channel
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tidings.delivery import consumer as consumer_mod
 from tidings.store import delivery as delivery_store
+from tidings.store import owed as owed_store
 
 from delivery_world import World, general_channel
 
@@ -27,9 +28,9 @@ def test_unrouted_reads_are_ascending_bounded_and_exclude_marked_rows(world):
     assert [r["id"] for r in first + rest] == posted
     seqs = [r["seq"] for r in first]
     with world.store.write() as tx:
-        assert delivery_store.mark_routed(tx, seqs, 111) == 2
+        assert owed_store.mark_routed(tx, seqs, 111) == 2
     with world.store.write() as tx:
-        assert delivery_store.mark_routed(tx, seqs, 222) == 0  # the first mark stays
+        assert owed_store.mark_routed(tx, seqs, 222) == 0  # the first mark stays
     with world.store.read() as tx:
         assert [r["id"] for r in delivery_store.unrouted_page(tx, 0, 10)] == posted[2:]
         assert tx.raw(f"SELECT mentions_routed_at FROM messages WHERE id = '{posted[0]}'").fetchone()[0] == 111

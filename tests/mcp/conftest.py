@@ -30,6 +30,7 @@ from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import authenticate
 from tidings.ingest.bridges import create_bridge
 from tidings.store import cursors as cursors_store
+from tidings.store import owed as owed_store
 
 from live import LiveServer
 
@@ -61,7 +62,7 @@ class McpWorld:
 
     def owed(self, agent: str) -> list[str]:
         with self.runtime.store.read() as tx:
-            return [o["message_id"] for o in cursors_store.owed_of(tx, self.id(agent))]
+            return [o["message_id"] for o in owed_store.owed_of(tx, self.id(agent))]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from ..store.sql import Stmt
 from . import deps
 
 router = APIRouter()
-_BRIDGE_EXISTS = Stmt("SELECT 1 FROM bridges WHERE id = :id")
+_BRIDGE_EXISTS = Stmt("SELECT 1 FROM bridges WHERE id = :id", name="bridge_exists")
 
 
 @router.post("/api/v1/bridges/{bridge_id}/links")

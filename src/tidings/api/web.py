@@ -50,6 +50,7 @@ from ..hub.events import MessagePosted, MessageUpdated
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
+from ..store import owed as owed_store
 from ..store import messages as messages_store
 from ..store.engine import Store
 from . import deps
@@ -114,7 +115,7 @@ def list_agents(request: Request, who: Principal = Depends(deps.account_caller))
             if owner_id and owner_id not in owners:
                 row = accounts_store.account(tx, owner_id)
                 owners[owner_id] = row["handle"] if row is not None else None
-        owed = {agent["id"]: cursors_store.count_owed(tx, agent["id"]) for agent in agents}
+        owed = {agent["id"]: owed_store.count_owed(tx, agent["id"]) for agent in agents}
     out = []
     for agent in agents:
         item = accounts_hub.public_account(agent)

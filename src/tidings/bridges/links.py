@@ -30,7 +30,7 @@ from ..store.sql import Stmt
 
 log = structlog.get_logger("tidings.bridges")
 
-_BRIDGE = Stmt("SELECT id, account_id, owner_id FROM bridges WHERE id = :id")
+_BRIDGE = Stmt("SELECT id, account_id, owner_id FROM bridges WHERE id = :id", name="bridge")
 
 
 def link_request_id(channel_id: str, bridge_message_id: str) -> str:

@@ -94,6 +94,7 @@ from ..counters import Counters
 from ..faults import Faults
 from ..hub.events import MessagePosted
 from ..store import delivery as delivery_store
+from ..store import sessions as sessions_store
 from ..store.engine import Store
 from .link import Link
 from .options import ConsumerOptions
@@ -245,7 +246,7 @@ class Consumer:
         self._sub = self.bus.subscribe(0)
         try:
             with self.link.strict_write() as tx:
-                delivery_store.end_stale_sessions(tx, self.clock.now_ms())
+                sessions_store.end_stale_sessions(tx, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
             self.link.failed("could not close stale session rows", exc, level="warning")
         if self.options.scan_enabled:
@@ -418,7 +419,7 @@ class Consumer:
             self.link.failed("session row not written", exc, level="warning")
 
     def _start(self, session: Session) -> None:
-        self._session_row(delivery_store.insert_session, session.session_id, session.agent_id, self.clock.now_ms())
+        self._session_row(sessions_store.insert_session, session.session_id, session.agent_id, self.clock.now_ms())
         if session.closed:
             return  # ended before it started; its end edge follows
         self.live[session.agent_id] = session
@@ -436,10 +437,10 @@ class Consumer:
         log.info("session ended", session_id=session.session_id, agent_id=session.agent_id, reason=reason)
         if self.options.settle_on_end:
             self.router.fire_held(session.session_id)
-        self._session_row(delivery_store.end_session, session.session_id, reason or "closed", self.clock.now_ms())
+        self._session_row(sessions_store.end_session, session.session_id, reason or "closed", self.clock.now_ms())
 
     def _state(self, session: Session, state: str) -> None:
-        self._session_row(delivery_store.set_session_state, session.session_id, state)
+        self._session_row(sessions_store.set_session_state, session.session_id, state)
         if state in SETTLE_STATES:
             self.router.fire_held(session.session_id)
 

@@ -34,6 +34,7 @@ from ..errors import BadRequest, NotFound
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
+from ..store import owed as owed_store
 from .consumer import Consumer, ConsumerOptions
 from .sessions import Session, SessionRegistry
 from .wakers import SystemWaker, WakeDispatcher, Waker
@@ -217,4 +218,4 @@ class Delivery:
             )
             if not allowed:
                 raise NotFound("unknown agent", code="unknown_agent")
-            return cursors_store.owed_of(tx, agent_id)
+            return owed_store.owed_of(tx, agent_id)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
-from ..store.delivery import ChannelAgent
+from ..store.sweep import ChannelAgent
 
 MENTION_RE = re.compile(r"@([a-z0-9][a-z0-9._-]*)", re.IGNORECASE)
 

@@ -26,7 +26,7 @@ from ..faults import Faults
 from ..hub.channels import public_message
 from ..hub.events import MessagePosted
 from ..store import delivery as delivery_store
-from ..store.delivery import ChannelAgent
+from ..store.sweep import ChannelAgent
 from .link import Link
 from .options import ConsumerOptions
 from .mentions import mention_handles, resolve_mentioned

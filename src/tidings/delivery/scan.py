@@ -20,7 +20,8 @@ import structlog
 from ..counters import Counters
 from ..faults import Faults
 from ..store import delivery as delivery_store
-from ..store.delivery import ChannelAgent
+from ..store import sweep as sweep_store
+from ..store.sweep import ChannelAgent
 from .link import Link
 from .mentions import mention_handles
 from .options import ConsumerOptions
@@ -109,7 +110,7 @@ class Scanner:
                     if cached is None:
                         try:
                             with self.link.db.read() as tx:
-                                cached = delivery_store.channel_agents(tx, channel_id)
+                                cached = sweep_store.channel_agents(tx, channel_id)
                         except Exception as exc:  # noqa: BLE001 - this message stays NULL
                             self.link.failed("recovery scan: members not read", exc,
                                              counter="route_failures", message_id=message_id)

@@ -16,6 +16,8 @@ import structlog
 from ..counters import Counters
 from ..hub.channels import public_message
 from ..store import cursors as cursors_store
+from ..store import owed as owed_store
+from ..store import sweep as sweep_store
 from ..store import delivery as delivery_store
 from .link import Link
 from .options import ConsumerOptions
@@ -57,7 +59,7 @@ class Sweeper:
         agent_id = session.agent_id
         budget = self.options.sweep_page
         with self.link.db.read() as tx:
-            for cur in delivery_store.sweep_cursors(tx, agent_id):
+            for cur in sweep_store.sweep_cursors(tx, agent_id):
                 channel_id = cur.channel_id
                 floor = max(cur.acked_seq, session.floors.get(channel_id, 0))
                 session.floors[channel_id] = floor
@@ -82,7 +84,7 @@ class Sweeper:
         after_channel, after_seq = session.owed_after
         page = self.options.sweep_page
         with self.link.db.read() as tx:
-            rows = cursors_store.owed_page(tx, session.agent_id, after_channel, after_seq, page)
+            rows = owed_store.owed_page(tx, session.agent_id, after_channel, after_seq, page)
         vanished: list[str] = []
         finished = len(rows) < page
         for row in rows:
@@ -99,7 +101,7 @@ class Sweeper:
         if vanished:
             with self.link.strict_write() as tx:
                 for message_id in vanished:
-                    cursors_store.clear_owed(tx, session.agent_id, message_id)
+                    owed_store.clear_owed(tx, session.agent_id, message_id)
         return finished
 
     def sweep_all_live(self) -> None:

@@ -20,7 +20,8 @@ from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..store import delivery as delivery_store
-from ..store.delivery import ChannelAgent
+from ..store import owed as owed_store
+from ..store.sweep import ChannelAgent
 from .link import Link
 from .wakers import WakeDispatcher
 
@@ -120,7 +121,7 @@ class Flusher:
         with self.link.db.autocommit_write() as tx:
             if self.faults.fire(FLUSH_FAULT):
                 raise RuntimeError("fault: delivery.flush_error")
-            recorded, marked = delivery_store.record_and_mark(tx, rows, marks, now)
+            recorded, marked = owed_store.record_and_mark(tx, rows, marks, now)
         if recorded:
             self.counters.incr("owed_recorded", recorded)
             self.on_owed_recorded()

@@ -11,25 +11,28 @@ ACCOUNT_COLUMNS = "id, kind, handle, display_name, owner_id, home_channel_id, wa
 
 INSERT_ACCOUNT = Stmt(
     "INSERT INTO accounts (id, kind, handle, display_name, owner_id, wake_json, created_at_ms) "
-    "VALUES (:id, :kind, :handle, :display_name, :owner_id, :wake_json, :now)"
+    "VALUES (:id, :kind, :handle, :display_name, :owner_id, :wake_json, :now)",
+    name="insert_account",
 )
-HANDLE_TAKEN = Stmt("SELECT 1 FROM accounts WHERE handle = :handle")
-ACCOUNT_BY_ID = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = :id")
-ACCOUNT_BY_HANDLE = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE handle = :handle")
-ACCOUNTS_BY_KIND = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE kind = :kind ORDER BY handle")
-ALL_ACCOUNTS = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY handle")
-SET_HOME_CHANNEL = Stmt("UPDATE accounts SET home_channel_id = :channel_id WHERE id = :id")
+HANDLE_TAKEN = Stmt("SELECT 1 FROM accounts WHERE handle = :handle", name="handle_taken")
+ACCOUNT_BY_ID = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = :id", name="account_by_id")
+ACCOUNT_BY_HANDLE = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE handle = :handle", name="account_by_handle")
+ACCOUNTS_BY_KIND = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE kind = :kind ORDER BY handle", name="accounts_by_kind")
+ALL_ACCOUNTS = Stmt(f"SELECT {ACCOUNT_COLUMNS} FROM accounts ORDER BY handle", name="all_accounts")
+SET_HOME_CHANNEL = Stmt("UPDATE accounts SET home_channel_id = :channel_id WHERE id = :id", name="set_home_channel")
 
 INSERT_TOKEN = Stmt(
     "INSERT INTO api_tokens (token_hash, scope, account_id, bridge_id, label, created_at_ms) "
-    "VALUES (:token_hash, :scope, :account_id, :bridge_id, :label, :now)"
+    "VALUES (:token_hash, :scope, :account_id, :bridge_id, :label, :now)",
+    name="insert_token",
 )
 TOKEN_BY_HASH = Stmt(
     "SELECT t.scope, t.account_id, t.bridge_id, a.kind FROM api_tokens t "
     "LEFT JOIN accounts a ON a.id = t.account_id "
-    "WHERE t.token_hash = :token_hash AND t.revoked_at_ms IS NULL"
+    "WHERE t.token_hash = :token_hash AND t.revoked_at_ms IS NULL",
+    name="token_by_hash",
 )
-ADMIN_TOKEN_EXISTS = Stmt("SELECT 1 FROM api_tokens WHERE scope = 'admin' LIMIT 1")
+ADMIN_TOKEN_EXISTS = Stmt("SELECT 1 FROM api_tokens WHERE scope = 'admin' LIMIT 1", name="admin_token_exists")
 
 
 def insert_account(

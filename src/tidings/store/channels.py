@@ -20,49 +20,59 @@ CHANNEL_COLUMNS = (
 INSERT_CHANNEL = Stmt(
     "INSERT INTO channels (id, name, kind, post_policy, owner_account_id, mandatory_subscription, "
     "created_by, created_at_ms) VALUES (:id, :name, :kind, :post_policy, :owner_account_id, "
-    ":mandatory, :created_by, :now)"
+    ":mandatory, :created_by, :now)",
+    name="insert_channel",
 )
-CHANNEL_BY_ID = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id")
-CHANNEL_FOR_UPDATE = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id")
+CHANNEL_BY_ID = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_by_id")
+CHANNEL_FOR_UPDATE = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_for_update")
 NEXT_CHANNEL_SEQ = Stmt(
-    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = :id RETURNING last_seq"
+    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = :id RETURNING last_seq",
+    name="next_channel_seq",
 )
 CHANNELS_OF_MEMBER = Stmt(
     f"SELECT {', '.join('c.' + c.strip() for c in CHANNEL_COLUMNS.split(','))}, m.subscribed "
     "FROM channel_members m JOIN channels c ON c.id = m.channel_id "
-    "WHERE m.account_id = :account_id ORDER BY c.name, c.id"
+    "WHERE m.account_id = :account_id ORDER BY c.name, c.id",
+    name="channels_of_member",
 )
-ALL_CHANNELS = Stmt(f"SELECT {CHANNEL_COLUMNS}, NULL AS subscribed FROM channels ORDER BY name, id")
+ALL_CHANNELS = Stmt(f"SELECT {CHANNEL_COLUMNS}, NULL AS subscribed FROM channels ORDER BY name, id", name="all_channels")
 
 MEMBER = Stmt(
-    "SELECT subscribed FROM channel_members WHERE channel_id = :channel_id AND account_id = :account_id"
+    "SELECT subscribed FROM channel_members WHERE channel_id = :channel_id AND account_id = :account_id",
+    name="member",
 )
 INSERT_MEMBER = Stmt(
     "INSERT INTO channel_members (channel_id, account_id, subscribed, added_at_ms) "
     "VALUES (:channel_id, :account_id, :subscribed, :now) "
-    "ON CONFLICT (channel_id, account_id) DO NOTHING"
+    "ON CONFLICT (channel_id, account_id) DO NOTHING",
+    name="insert_member",
 )
 SET_SUBSCRIBED = Stmt(
     "UPDATE channel_members SET subscribed = :subscribed "
-    "WHERE channel_id = :channel_id AND account_id = :account_id"
+    "WHERE channel_id = :channel_id AND account_id = :account_id",
+    name="set_subscribed",
 )
 DELETE_MEMBER = Stmt(
-    "DELETE FROM channel_members WHERE channel_id = :channel_id AND account_id = :account_id"
+    "DELETE FROM channel_members WHERE channel_id = :channel_id AND account_id = :account_id",
+    name="delete_member",
 )
 MEMBERS = Stmt(
     "SELECT a.id, a.kind, a.handle, a.display_name, m.subscribed FROM channel_members m "
-    "JOIN accounts a ON a.id = m.account_id WHERE m.channel_id = :channel_id ORDER BY a.handle"
+    "JOIN accounts a ON a.id = m.account_id WHERE m.channel_id = :channel_id ORDER BY a.handle",
+    name="members",
 )
 
 INSERT_TOPIC = Stmt(
     "INSERT INTO topics (id, channel_id, name, name_folded, created_by, created_at_ms) "
     "VALUES (:id, :channel_id, :name, :name_folded, :created_by, :now) "
-    "ON CONFLICT (channel_id, name_folded) DO NOTHING"
+    "ON CONFLICT (channel_id, name_folded) DO NOTHING",
+    name="insert_topic",
 )
 TOPIC_BY_NAME = Stmt(
-    "SELECT id, name FROM topics WHERE channel_id = :channel_id AND name_folded = :name_folded"
+    "SELECT id, name FROM topics WHERE channel_id = :channel_id AND name_folded = :name_folded",
+    name="topic_by_name",
 )
-TOPIC_BY_ID = Stmt("SELECT id, channel_id, name FROM topics WHERE id = :id")
+TOPIC_BY_ID = Stmt("SELECT id, channel_id, name FROM topics WHERE id = :id", name="topic_by_id")
 
 
 def insert_channel(

@@ -17,36 +17,31 @@ and seqs the agent authored itself. It never steps over a seq merely because it 
 visible yet: an in-flight post is neither acked nor visible as self-authored, so the
 advance stops below it and the message is swept once it commits.
 
-**Owed mention.** A durable ``owed_mentions(agent, message)`` row: the agent was mentioned
-outside the channel's sweep set, so its cursor will never carry the message. It is owed
-while ``acked_at_ms`` is NULL. Recording is idempotent (primary-key insert-if-absent). An
-ack does not delete the row, it stamps ``acked_at_ms`` (and, for an agent outside the sweep
-set, leaves such a stamped row even when nothing was owed yet); since recording never
-touches an existing row, a later pass over the same message (a retried flush, the recovery
-scan, a settle that fires after the agent read and acked the message) can never owe an
-acked mention again. The ack's clear runs first and commits even when the agent has no
-cursor in the channel or the ack is a duplicate.
+**Ack.** An ack stamps the agent's owed row (``owed.py``) if there is one, and, for an
+agent outside the sweep set, leaves such a stamped row even when nothing was owed yet, so
+a later pass can never owe an acked mention again. The ack's clear runs first and commits
+even when the agent has no cursor in the channel or the ack is a duplicate.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
-from .delivery import IN_SWEEP_SET
 from .engine import Tx
-from .messages import MESSAGE_COLUMNS, row_to_message
 from .sql import PerDialect, Stmt
+from .sweep import IN_SWEEP_SET
 
 SEED_CURSOR = Stmt(
     "INSERT INTO agent_cursors (agent_id, channel_id, acked_seq, above_seqs) "
     "SELECT a.id, c.id, c.last_seq, '[]' FROM accounts a, channels c "
     "WHERE a.id = :agent_id AND a.kind = 'agent' AND c.id = :channel_id "
-    "ON CONFLICT (agent_id, channel_id) DO NOTHING"
+    "ON CONFLICT (agent_id, channel_id) DO NOTHING",
+    name="seed_cursor",
 )
 CURSOR = Stmt(
-    "SELECT acked_seq, above_seqs FROM agent_cursors WHERE agent_id = :agent_id AND channel_id = :channel_id"
+    "SELECT acked_seq, above_seqs FROM agent_cursors WHERE agent_id = :agent_id AND channel_id = :channel_id",
+    name="cursor",
 )
 _CURSOR_SQL = "SELECT acked_seq, above_seqs FROM agent_cursors WHERE agent_id = :agent_id AND channel_id = :channel_id"
 CURSOR_FOR_UPDATE = PerDialect(name="cursor_for_update", sqlite=_CURSOR_SQL, postgresql=_CURSOR_SQL + " FOR UPDATE")
@@ -54,56 +49,30 @@ ACK_TARGET = Stmt(
     "SELECT m.channel_id, m.channel_seq, "
     "EXISTS (SELECT 1 FROM channel_members cm WHERE cm.channel_id = m.channel_id AND cm.account_id = :agent_id), "
     "EXISTS (SELECT 1 FROM owed_mentions o WHERE o.agent_id = :agent_id AND o.message_id = m.id) "
-    "FROM messages m WHERE m.id = :message_id"
+    "FROM messages m WHERE m.id = :message_id",
+    name="ack_target",
 )
 ACK_OWED = Stmt(
     "UPDATE owed_mentions SET acked_at_ms = :now "
-    "WHERE agent_id = :agent_id AND message_id = :message_id AND acked_at_ms IS NULL"
+    "WHERE agent_id = :agent_id AND message_id = :message_id AND acked_at_ms IS NULL",
+    name="ack_owed",
 )
 ACKED_TOMBSTONE = Stmt(
     "INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms, acked_at_ms) "
-    "VALUES (:agent_id, :message_id, :channel_id, :now, :now) ON CONFLICT (agent_id, message_id) DO NOTHING"
+    "VALUES (:agent_id, :message_id, :channel_id, :now, :now) ON CONFLICT (agent_id, message_id) DO NOTHING",
+    name="acked_tombstone",
 )
 OWN_SEQS_ABOVE = Stmt(
     "SELECT channel_seq FROM messages WHERE author_account_id = :agent_id AND channel_id = :channel_id "
-    "AND channel_seq > :after_seq ORDER BY channel_seq LIMIT :limit"
+    "AND channel_seq > :after_seq ORDER BY channel_seq LIMIT :limit",
+    name="own_seqs_above",
 )
 UPDATE_CURSOR = Stmt(
     "UPDATE agent_cursors SET acked_seq = :acked_seq, above_seqs = :above_seqs, acked_at_ms = :now "
-    "WHERE agent_id = :agent_id AND channel_id = :channel_id"
+    "WHERE agent_id = :agent_id AND channel_id = :channel_id",
+    name="update_cursor",
 )
 
-RECORD_OWED = Stmt(
-    "INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
-    "VALUES (:agent_id, :message_id, :channel_id, :now) ON CONFLICT (agent_id, message_id) DO NOTHING"
-)
-RECORD_OWED_MANY = PerDialect(
-    name="record_owed_many",
-    sqlite=(
-        "INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
-        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), :now "
-        "FROM json_each(:rows) WHERE true ON CONFLICT (agent_id, message_id) DO NOTHING"
-    ),
-    postgresql=(
-        "INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
-        "SELECT t.a, t.m, t.c, :now FROM unnest(CAST(:agents AS text[]), CAST(:messages AS text[]), "
-        "CAST(:channels AS text[])) AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING"
-    ),
-)
-CLEAR_OWED = Stmt("DELETE FROM owed_mentions WHERE agent_id = :agent_id AND message_id = :message_id")
-OWED_OF = Stmt(
-    "SELECT o.message_id, m.channel_id, m.channel_seq FROM owed_mentions o "
-    "JOIN messages m ON m.id = o.message_id WHERE o.agent_id = :agent_id AND o.acked_at_ms IS NULL "
-    "ORDER BY m.channel_id, m.channel_seq"
-)
-OWED_PAGE = Stmt(
-    f"SELECT {MESSAGE_COLUMNS} FROM owed_mentions o JOIN messages m ON m.id = o.message_id "
-    "WHERE o.agent_id = :agent_id AND o.acked_at_ms IS NULL "
-    "AND (m.channel_id > :after_channel OR (m.channel_id = :after_channel AND m.channel_seq > :after_seq)) "
-    "ORDER BY m.channel_id, m.channel_seq LIMIT :limit"
-)
-COUNT_OWED = Stmt("SELECT COUNT(*) FROM owed_mentions WHERE acked_at_ms IS NULL")
-COUNT_OWED_OF = Stmt("SELECT COUNT(*) FROM owed_mentions WHERE agent_id = :agent_id AND acked_at_ms IS NULL")
 
 #: How many of its own seqs above the mark one ack looks at; a longer self-authored run
 #: is finished by the next ack.
@@ -189,55 +158,3 @@ def ack(tx: Tx, agent_id: str, message_id: str, now: int) -> AckResult | None:
         },
     )
     return AckResult(channel_id, seq, cleared, True, new_acked, tuple(new_above))
-
-
-def record_owed(tx: Tx, agent_id: str, message_id: str, channel_id: str, now: int) -> bool:
-    """Record an owed mention; True when the row is new (a repeat is a no-op)."""
-    return (
-        tx.rowcount(RECORD_OWED, {"agent_id": agent_id, "message_id": message_id, "channel_id": channel_id, "now": now})
-        == 1
-    )
-
-
-def record_owed_many(tx: Tx, rows: list[tuple[str, str, str]], now: int) -> int:
-    """Record many (agent_id, message_id, channel_id) owed mentions in one statement;
-    returns how many rows were new."""
-    if not rows:
-        return 0
-    if tx.dialect == "postgresql":
-        params: dict[str, Any] = {
-            "agents": [r[0] for r in rows],
-            "messages": [r[1] for r in rows],
-            "channels": [r[2] for r in rows],
-            "now": now,
-        }
-    else:
-        params = {"rows": json.dumps([list(r) for r in rows]), "now": now}
-    return tx.rowcount(RECORD_OWED_MANY, params)
-
-
-def clear_owed(tx: Tx, agent_id: str, message_id: str) -> bool:
-    """Delete the row outright (its message is gone); an ack stamps it instead."""
-    return tx.rowcount(CLEAR_OWED, {"agent_id": agent_id, "message_id": message_id}) == 1
-
-
-def owed_of(tx: Tx, agent_id: str) -> list[dict[str, Any]]:
-    """The agent's owed mentions as ``{"message_id", "channel_id", "seq"}``, by channel then seq."""
-    return [
-        {"message_id": r[0], "channel_id": r[1], "seq": int(r[2])} for r in tx.all(OWED_OF, {"agent_id": agent_id})
-    ]
-
-
-def owed_page(tx: Tx, agent_id: str, after_channel: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
-    """Owed messages (full rows) after the (channel, channel_seq) position, in that order."""
-    rows = tx.mappings(
-        OWED_PAGE,
-        {"agent_id": agent_id, "after_channel": after_channel, "after_seq": after_seq, "limit": limit},
-    )
-    return [row_to_message(r) for r in rows]
-
-
-def count_owed(tx: Tx, agent_id: str | None = None) -> int:
-    if agent_id is None:
-        return int(tx.scalar(COUNT_OWED))
-    return int(tx.scalar(COUNT_OWED_OF, {"agent_id": agent_id}))

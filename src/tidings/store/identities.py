@@ -37,8 +37,8 @@ BY_KEY = Stmt(
     name="identities.by_key",
 )
 COLUMNS = "id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms"
-OF_BRIDGE = Stmt(f"SELECT {COLUMNS} FROM identities WHERE bridge_id = :bridge_id ORDER BY kind, canonical")
-BY_ID = Stmt(f"SELECT {COLUMNS} FROM identities WHERE id = :id")
+OF_BRIDGE = Stmt(f"SELECT {COLUMNS} FROM identities WHERE bridge_id = :bridge_id ORDER BY kind, canonical", name="of_bridge")
+BY_ID = Stmt(f"SELECT {COLUMNS} FROM identities WHERE id = :id", name="by_id")
 
 
 def upsert(

@@ -18,16 +18,18 @@ BRIDGE_COLUMNS = "b.id, b.platform, b.name, b.owner_id, b.account_id, b.created_
 
 INSERT_BRIDGE = Stmt(
     "INSERT INTO bridges (id, platform, name, owner_id, account_id, created_at_ms) "
-    "VALUES (:id, :platform, :name, :owner_id, :account_id, :now)"
+    "VALUES (:id, :platform, :name, :owner_id, :account_id, :now)",
+    name="insert_bridge",
 )
-BRIDGE_BY_ID = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id WHERE b.id = :id")
-ALL_BRIDGES = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id ORDER BY b.created_at_ms, b.id")
+BRIDGE_BY_ID = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id WHERE b.id = :id", name="bridge_by_id")
+ALL_BRIDGES = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id ORDER BY b.created_at_ms, b.id", name="all_bridges")
 BRIDGES_OWNED_BY = Stmt(
     f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id "
-    "WHERE b.owner_id = :owner_id ORDER BY b.created_at_ms, b.id"
+    "WHERE b.owner_id = :owner_id ORDER BY b.created_at_ms, b.id",
+    name="bridges_owned_by",
 )
-BRIDGE_PLATFORM = Stmt("SELECT platform FROM bridges WHERE id = :id")
-BRIDGE_IDS = Stmt("SELECT id FROM bridges ORDER BY id")
+BRIDGE_PLATFORM = Stmt("SELECT platform FROM bridges WHERE id = :id", name="bridge_platform")
+BRIDGE_IDS = Stmt("SELECT id FROM bridges ORDER BY id", name="bridge_ids")
 
 # -- inbox: append -------------------------------------------------------------------------
 INSERT_FRAME = Stmt(
@@ -82,21 +84,25 @@ MARK_QUARANTINED = Stmt(
 )
 
 # -- inbox: status and inspection -------------------------------------------------------------
-BACKLOG = Stmt("SELECT count(*) FROM inbox WHERE processed_at_ms IS NULL")
+BACKLOG = Stmt("SELECT count(*) FROM inbox WHERE processed_at_ms IS NULL", name="backlog")
 BACKLOG_BY_BRIDGE = Stmt(
-    "SELECT bridge_id, count(*) FROM inbox WHERE processed_at_ms IS NULL GROUP BY bridge_id"
+    "SELECT bridge_id, count(*) FROM inbox WHERE processed_at_ms IS NULL GROUP BY bridge_id",
+    name="backlog_by_bridge",
 )
 QUARANTINED_COUNT_BY_BRIDGE = Stmt(
-    "SELECT bridge_id, count(*) FROM inbox WHERE outcome = 'quarantined' GROUP BY bridge_id"
+    "SELECT bridge_id, count(*) FROM inbox WHERE outcome = 'quarantined' GROUP BY bridge_id",
+    name="quarantined_count_by_bridge",
 )
 QUARANTINED_OF_BRIDGE = Stmt(
     "SELECT inbox_id, codec, cause, received_at_ms FROM inbox "
     "WHERE bridge_id = :bridge_id AND outcome = 'quarantined' "
-    "ORDER BY received_at_ms DESC, inbox_id DESC LIMIT :limit"
+    "ORDER BY received_at_ms DESC, inbox_id DESC LIMIT :limit",
+    name="quarantined_of_bridge",
 )
 FRAME_STATE = Stmt(
     "SELECT inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, client_received_at_ms, "
-    "processed_at_ms, outcome, cause FROM inbox WHERE inbox_id = :inbox_id"
+    "processed_at_ms, outcome, cause FROM inbox WHERE inbox_id = :inbox_id",
+    name="frame_state",
 )
 
 

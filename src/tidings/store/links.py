@@ -10,20 +10,24 @@ from .sql import Stmt
 INSERT_LINK = Stmt(
     "INSERT INTO bridge_links (conversation_id, channel_id, bridge_id, created_by, created_at_ms) "
     "VALUES (:conversation_id, :channel_id, :bridge_id, :created_by, :now) "
-    "ON CONFLICT (conversation_id, channel_id) DO NOTHING"
+    "ON CONFLICT (conversation_id, channel_id) DO NOTHING",
+    name="insert_link",
 )
 CHANNELS_OF_CONVERSATION = Stmt(
     "SELECT l.channel_id, b.account_id FROM bridge_links l JOIN bridges b ON b.id = l.bridge_id "
-    "WHERE l.conversation_id = :conversation_id ORDER BY l.channel_id"
+    "WHERE l.conversation_id = :conversation_id ORDER BY l.channel_id",
+    name="channels_of_conversation",
 )
 LINKS_OF_BRIDGE = Stmt(
     "SELECT conversation_id, channel_id, created_by, created_at_ms FROM bridge_links "
-    "WHERE bridge_id = :bridge_id ORDER BY created_at_ms, conversation_id, channel_id"
+    "WHERE bridge_id = :bridge_id ORDER BY created_at_ms, conversation_id, channel_id",
+    name="links_of_bridge",
 )
 CONVERSATION_OF_BRIDGE = Stmt(
-    "SELECT id, title FROM conversations WHERE id = :id AND bridge_id = :bridge_id"
+    "SELECT id, title FROM conversations WHERE id = :id AND bridge_id = :bridge_id",
+    name="conversation_of_bridge",
 )
-SENDER_LABEL = Stmt("SELECT display_name, raw FROM identities WHERE id = :id")
+SENDER_LABEL = Stmt("SELECT display_name, raw FROM identities WHERE id = :id", name="sender_label")
 
 
 def insert_link(tx: Tx, *, conversation_id: str, channel_id: str, bridge_id: str, created_by: str | None, now: int) -> bool:

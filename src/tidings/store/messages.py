@@ -24,27 +24,33 @@ INSERT_MESSAGE = Stmt(
     "blocks, text, client_request_id) VALUES (:id, :channel_id, :channel_seq, :topic_id, :author, "
     ":now, :blocks, :text, :client_request_id) "
     "ON CONFLICT (author_account_id, client_request_id) WHERE client_request_id <> '' DO NOTHING "
-    "RETURNING seq"
+    "RETURNING seq",
+    name="insert_message",
 )
 BY_CLIENT_REQUEST = Stmt(
     f"SELECT {MESSAGE_COLUMNS} FROM messages m "
-    "WHERE m.author_account_id = :author AND m.client_request_id = :client_request_id"
+    "WHERE m.author_account_id = :author AND m.client_request_id = :client_request_id",
+    name="by_client_request",
 )
-BY_ID = Stmt(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = :id")
+BY_ID = Stmt(f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = :id", name="by_id")
 IN_CHANNEL_AFTER = Stmt(
     f"SELECT {MESSAGE_COLUMNS} FROM messages m "
     "WHERE m.channel_id = :channel_id AND m.channel_seq > :after_seq "
-    "ORDER BY m.channel_seq LIMIT :limit"
+    "ORDER BY m.channel_seq LIMIT :limit",
+    name="in_channel_after",
 )
 IN_CHANNEL_LATEST = Stmt(
     f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.channel_id = :channel_id "
-    "ORDER BY m.channel_seq DESC LIMIT :limit"
+    "ORDER BY m.channel_seq DESC LIMIT :limit",
+    name="in_channel_latest",
 )
 SET_BLOCKS = Stmt(
-    "UPDATE messages SET blocks = :blocks, text = :text, edited_at_ms = :now WHERE id = :id"
+    "UPDATE messages SET blocks = :blocks, text = :text, edited_at_ms = :now WHERE id = :id",
+    name="set_blocks",
 )
 MARK_DELETED = Stmt(
-    "UPDATE messages SET deleted_at_ms = :now WHERE id = :id AND deleted_at_ms IS NULL"
+    "UPDATE messages SET deleted_at_ms = :now WHERE id = :id AND deleted_at_ms IS NULL",
+    name="mark_deleted",
 )
 
 

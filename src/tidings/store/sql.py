@@ -1,18 +1,24 @@
 """Statements built once, compiled once per dialect, executed on the raw DBAPI connection.
 
-SQLAlchemy Core builds each statement (so upserts, ``IS DISTINCT FROM`` and partial
-indexes come out right on both dialects), but compiling a Core statement per call costs
-about six times the database work itself. ``Stmt`` compiles on first use for a dialect and
-caches the SQL text; every later call is a plain ``cursor.execute(sql, params)``.
+Every statement of the store is SQL text with ``:name`` parameters: a module-level
+``Stmt("...", name=...)`` (the same text on both backends) or ``PerDialect(name=...,
+sqlite=..., postgresql=...)`` (text that differs). ``Stmt`` compiles the text through
+SQLAlchemy once per dialect (which turns ``:name`` into ``%(name)s`` for psycopg) and
+caches it; every later call is a plain ``cursor.execute(sql, params)``. ``Stmt`` also
+accepts a Core expression, but none of the store's statements is one today.
 
-Parameters are always named (``:name`` on SQLite, ``%(name)s`` on PostgreSQL), so callers
-pass one dict for both backends. Constants written into a Core expression become default
-parameters, merged under the caller's.
+Parameters are always named, so callers pass one dict for both backends.
+
+"Column in this list" is written once: ``in_list`` gives the fragment per dialect (a JSON
+array walked by ``json_each`` on SQLite, ``= ANY`` of a typed array on PostgreSQL) and
+``list_param`` the matching parameter value.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -65,3 +71,22 @@ class PerDialect(Stmt):
             hit = (str(comp), None)
             self._compiled[dialect] = hit
         return hit
+
+
+def in_list(param: str, sql_type: str) -> dict[str, str]:
+    """The fragment ``<column> IN :param`` per dialect (put it after the column); bind the
+    value with ``list_param``. ``sql_type`` is the PostgreSQL element type (text, bigint)."""
+    return {
+        "sqlite": f"IN (SELECT value FROM json_each(:{param}))",
+        "postgresql": f"= ANY(CAST(:{param} AS {sql_type}[]))",
+    }
+
+
+class _HasDialect(Protocol):
+    @property
+    def dialect(self) -> str: ...
+
+
+def list_param(tx: _HasDialect, values: Iterable[Any]) -> Any:
+    """The value of an ``in_list`` parameter: a list on PostgreSQL, JSON text on SQLite."""
+    return list(values) if tx.dialect == "postgresql" else json.dumps(list(values))
