@@ -9,7 +9,7 @@ import pytest
 from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import Principal
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.store import messages as messages_store
 
 from delivery_world import World

@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.ingest.engine import Ingest
 from tidings.ingest.inbox import Frame, append_frames
 from tidings.store import inbox as inbox_store

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from tidings.errors import BadRequest, NotFound
 from tidings.ingest import events as events_mod
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.ingest.decoders import DECODERS, DecodeError, decode_frame
 from tidings.ingest.engine import Ingest
 from tidings.ingest.events import (

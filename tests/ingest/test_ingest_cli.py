@@ -11,7 +11,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tidings.cli import app
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.ingest.cli import run_ingest
 from tidings.store import inbox as inbox_store
 from tidings.store.engine import Store

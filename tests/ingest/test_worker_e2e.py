@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tidings.ids import new_id
 from tidings.ingest import projection
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.ingest.decoders import DECODERS
 from tidings.ingest.engine import Ingest
 from tidings.store import inbox as inbox_store

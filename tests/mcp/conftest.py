@@ -28,7 +28,7 @@ from tidings.api import create_app
 from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import authenticate
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.store import cursors as cursors_store
 from tidings.store import owed as owed_store
 

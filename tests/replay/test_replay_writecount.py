@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 from tidings.replay.writecount import MARK_TABLE, REPLAY_TABLE, ReplayCounter
 from tidings.store import conversations, identities
 from tidings.store import inbox as inbox_store

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from ..errors import BadRequest
 from ..hub.tokens import Principal
-from ..ingest import bridges as bridges_hub
+from ..bridges import registry as bridges_hub
 from . import deps
 
 router = APIRouter()

@@ -6,13 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
-from ..errors import NotFound
 from ..hub.tokens import Principal
-from ..store.sql import Stmt
 from . import deps
 
 router = APIRouter()
-_BRIDGE_EXISTS = Stmt("SELECT 1 FROM bridges WHERE id = :id", name="bridge_exists")
 
 
 @router.post("/api/v1/bridges/{bridge_id}/links")
@@ -24,11 +21,7 @@ def create_link(
 
 @router.get("/api/v1/bridges/{bridge_id}/links")
 def list_links(bridge_id: str, request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
-    rt = deps.runtime(request)
-    with rt.store.read() as tx:
-        if tx.one(_BRIDGE_EXISTS, {"id": bridge_id}) is None:
-            raise NotFound("unknown bridge", code="unknown_bridge")
-    return {"links": rt.links.links(bridge_id)}
+    return {"links": deps.runtime(request).links.links_of_known_bridge(bridge_id)}
 
 
 def install(app: FastAPI, runtime: Any) -> None:

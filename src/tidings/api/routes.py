@@ -16,7 +16,6 @@ from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
 from ..hub.channels import public_message
 from ..hub.tokens import Principal
-from ..store import accounts as accounts_store
 from . import deps
 
 router = APIRouter()
@@ -51,19 +50,16 @@ def create_account(
 
 @router.get("/api/v1/accounts")
 def list_accounts(request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
-    with deps.runtime(request).store.read() as tx:
-        rows = accounts_store.accounts(tx)
-    return {"accounts": [accounts_hub.public_account(r) for r in rows]}
+    return {"accounts": accounts_hub.list_accounts(deps.runtime(request).store)}
 
 
 @router.get("/api/v1/me")
 def me(request: Request, who: Principal = Depends(deps.principal)) -> dict[str, Any]:
     out: dict[str, Any] = {"scope": who.scope}
     if who.account_id:
-        with deps.runtime(request).store.read() as tx:
-            row = accounts_store.account(tx, who.account_id)
-        if row is not None:
-            out["account"] = accounts_hub.public_account(row)
+        account = accounts_hub.account(deps.runtime(request).store, who.account_id)
+        if account is not None:
+            out["account"] = account
     if who.bridge_id:
         out["bridge_id"] = who.bridge_id
     return out
@@ -162,11 +158,4 @@ def edit_message(
 
 @router.get("/api/v1/messages/{message_id}")
 def get_message(message_id: str, request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
-    from ..store import messages as messages_store
-
-    with deps.runtime(request).store.read() as tx:
-        row = messages_store.message(tx, message_id)
-        if row is None:
-            raise NotFound("unknown message", code="unknown_message")
-        channels_hub.visible_channel(tx, who, row["channel_id"])
-    return {"message": public_message(row)}
+    return {"message": channels_hub.get_message(deps.runtime(request).store, who, message_id)}

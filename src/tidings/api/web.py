@@ -48,11 +48,6 @@ from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
 from ..hub.events import MessagePosted, MessageUpdated
 from ..hub.tokens import Principal
-from ..store import accounts as accounts_store
-from ..store import cursors as cursors_store
-from ..store import owed as owed_store
-from ..store import messages as messages_store
-from ..store.engine import Store
 from . import deps
 
 router = APIRouter()
@@ -98,32 +93,10 @@ def static(name: str) -> Response:
 
 
 # -- agents overview ------------------------------------------------------------------------------
-def may_view_agent(who: Principal, agent: dict[str, Any]) -> bool:
-    """The admin, the agent itself, or its owner (the rule of ``Delivery.owed``)."""
-    return who.is_admin or (who.account_id is not None and who.account_id in (agent["id"], agent["owner_id"]))
-
-
 @router.get("/api/v1/agents")
 def list_agents(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
     rt = deps.runtime(request)
-    registry = rt.delivery.registry
-    with rt.store.read() as tx:
-        agents = [a for a in accounts_store.accounts(tx, "agent") if may_view_agent(who, a)]
-        owners: dict[str, str | None] = {}
-        for agent in agents:
-            owner_id = agent["owner_id"]
-            if owner_id and owner_id not in owners:
-                row = accounts_store.account(tx, owner_id)
-                owners[owner_id] = row["handle"] if row is not None else None
-        owed = {agent["id"]: owed_store.count_owed(tx, agent["id"]) for agent in agents}
-    out = []
-    for agent in agents:
-        item = accounts_hub.public_account(agent)
-        item["owner_handle"] = owners.get(agent["owner_id"]) if agent["owner_id"] else None
-        item["live"] = registry.is_live(agent["id"])
-        item["owed"] = int(owed[agent["id"]] or 0)
-        out.append(item)
-    return {"agents": out}
+    return {"agents": accounts_hub.agents_overview(rt.store, who, rt.delivery.registry.is_live)}
 
 
 # -- the page's event stream ----------------------------------------------------------------------
@@ -140,38 +113,6 @@ def _subscribe(bus: Bus) -> Subscription:
             return bus.subscribe(bus.head_seq, bus.epoch)
         except BufferUnderflow:  # more than a ring of events went by in between: try again
             continue
-
-
-def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[dict[str, Any]]:
-    """The page events of ``batch`` that ``who`` may see, with the messages read from the store."""
-    out: list[dict[str, Any]] = []
-    with store.read() as tx:
-        seen: dict[str, bool] = {}
-        for stamped in batch:
-            event = stamped.payload
-            if not isinstance(event, (MessagePosted, MessageUpdated)):
-                continue
-            channel_id = event.channel_id
-            if channel_id not in seen:
-                try:
-                    channels_hub.visible_channel(tx, who, channel_id)
-                    seen[channel_id] = True
-                except NotFound:
-                    seen[channel_id] = False
-            if not seen[channel_id]:
-                continue
-            row = messages_store.message(tx, event.message_id)
-            if row is None:
-                continue
-            out.append(
-                {
-                    "event": "posted" if isinstance(event, MessagePosted) else "updated",
-                    "channel_id": channel_id,
-                    "message": channels_hub.public_message(row),
-                    "bus_seq": stamped.seq,
-                }
-            )
-    return out
 
 
 _TIMEOUT = object()
@@ -216,7 +157,7 @@ async def _stream(rt: Any, who: Principal, tick_s: float) -> AsyncIterator[str]:
                     while len(batch) < BATCH and (more := sub.get_nowait()) is not None:
                         batch.append(more)
             if batch:
-                for payload in await run_in_threadpool(visible_events, rt.store, who, batch):
+                for payload in await run_in_threadpool(channels_hub.visible_events, rt.store, who, batch):
                     yield _event("message", payload)
             if loop.time() >= next_tick:
                 yield _event("tick", {"at_ms": rt.clock.now_ms(), "bus_head_seq": bus.head_seq})

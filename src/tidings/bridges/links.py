@@ -82,6 +82,13 @@ class Links:
         with self.store.read() as tx:
             return links_store.links_of_bridge(tx, bridge_id)
 
+    def links_of_known_bridge(self, bridge_id: str) -> list[dict[str, Any]]:
+        """``links`` of a bridge that exists; 404 ``unknown_bridge`` otherwise."""
+        with self.store.read() as tx:
+            if tx.one(_BRIDGE, {"id": bridge_id}) is None:
+                raise NotFound("unknown bridge", code="unknown_bridge")
+            return links_store.links_of_bridge(tx, bridge_id)
+
     # -- the projection hook -----------------------------------------------------------
     def on_message(self, tx: Tx, change: Any) -> None:
         """Called by the projection, inside the frame's transaction, for every newly

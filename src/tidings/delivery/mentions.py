@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from ..hub.accounts import HANDLE_PATTERN
 from ..store.sweep import ChannelAgent
 
-MENTION_RE = re.compile(r"@([a-z0-9][a-z0-9._-]*)", re.IGNORECASE)
+MENTION_RE = re.compile(rf"@({HANDLE_PATTERN})", re.IGNORECASE)
 
 #: Reserved pings that reach every agent member of the channel.
 EVERY_AGENT = frozenset({"everyone", "agents"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +19,16 @@ from ..ids import new_id
 from ..store import accounts as accounts_store
 from ..store import channels as channels_store
 from ..store import cursors as cursors_store
+from ..store import owed as owed_store
 from ..store.engine import Store, Tx, is_integrity_error
-from .tokens import issue_token, register_token
+from .tokens import Principal, issue_token, register_token
 
-HANDLE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+#: The handle grammar, written once: lowercase letters, digits and ``._-``, starting with a
+#: letter or digit. ``HANDLE_RE`` checks a handle; ``HANDLE_PATTERN`` is what a mention
+#: matches after its ``@``; ``HANDLE_CHARS`` is the character class a slug keeps.
+HANDLE_CHARS = "a-z0-9._-"
+HANDLE_PATTERN = rf"[a-z0-9][{HANDLE_CHARS}]*"
+HANDLE_RE = re.compile(rf"^{HANDLE_PATTERN}$")
 RESERVED_HANDLES = frozenset({"everyone", "agents", "users", "tidings"})
 SYSTEM_HANDLE = "tidings"
 MAX_HANDLE = 64
@@ -227,4 +234,51 @@ def public_account(row: dict[str, Any]) -> dict[str, Any]:
     if row["kind"] == "agent":
         out["owner"] = row["owner_id"]
         out["home_channel_id"] = row["home_channel_id"]
+    return out
+
+
+def list_accounts(store: Store) -> list[dict[str, Any]]:
+    """Every account, public shape (the admin's listing)."""
+    with store.read() as tx:
+        rows = accounts_store.accounts(tx)
+    return [public_account(r) for r in rows]
+
+
+def account(store: Store, account_id: str) -> dict[str, Any] | None:
+    """One account, public shape; None when unknown."""
+    with store.read() as tx:
+        row = accounts_store.account(tx, account_id)
+    return None if row is None else public_account(row)
+
+
+def hub_is_set_up(store: Store) -> bool:
+    """True once ``bootstrap`` ran on this database (an admin token exists)."""
+    with store.read() as tx:
+        return accounts_store.admin_token_exists(tx)
+
+
+def may_view_agent(who: Principal, agent: dict[str, Any]) -> bool:
+    """The admin, the agent itself, or its owner (the rule of ``Delivery.owed``)."""
+    return who.is_admin or (who.account_id is not None and who.account_id in (agent["id"], agent["owner_id"]))
+
+
+def agents_overview(store: Store, who: Principal, is_live: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """The agents ``who`` may view (``may_view_agent``), public shape, each with its
+    owner's handle, whether it is live right now (``is_live``) and its open owed count."""
+    with store.read() as tx:
+        agents = [a for a in accounts_store.accounts(tx, "agent") if may_view_agent(who, a)]
+        owners: dict[str, str | None] = {}
+        for agent in agents:
+            owner_id = agent["owner_id"]
+            if owner_id and owner_id not in owners:
+                row = accounts_store.account(tx, owner_id)
+                owners[owner_id] = row["handle"] if row is not None else None
+        owed = {agent["id"]: owed_store.count_owed(tx, agent["id"]) for agent in agents}
+    out = []
+    for agent in agents:
+        item = public_account(agent)
+        item["owner_handle"] = owners.get(agent["owner_id"]) if agent["owner_id"] else None
+        item["live"] = is_live(agent["id"])
+        item["owed"] = int(owed[agent["id"]] or 0)
+        out.append(item)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..bus import Stamped
 from ..errors import BadRequest, Forbidden, NotFound
 from ..params import int_param as _int_param
 from ..ids import new_id
@@ -19,6 +20,7 @@ from ..store import channels as channels_store
 from ..store import cursors as cursors_store
 from ..store import messages as messages_store
 from ..store.engine import Store, Tx
+from .events import MessagePosted, MessageUpdated
 from .tokens import Principal
 
 MAX_CHANNEL_NAME = 80
@@ -218,3 +220,45 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
 def channels_of_account(tx: Tx, account_id: str | None) -> list[dict[str, Any]]:
     """Rows of the channels ``account_id`` belongs to (all channels for None)."""
     return channels_store.channels_of(tx, account_id)
+
+
+def get_message(store: Store, principal: Principal, message_id: str) -> dict[str, Any]:
+    """A message of a channel ``principal`` may see, public shape; 404 otherwise."""
+    with store.read() as tx:
+        row = messages_store.message(tx, message_id)
+        if row is None:
+            raise NotFound("unknown message", code="unknown_message")
+        visible_channel(tx, principal, row["channel_id"])
+    return public_message(row)
+
+
+def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[dict[str, Any]]:
+    """The page events of ``batch`` that ``who`` may see, with the messages read from the store."""
+    out: list[dict[str, Any]] = []
+    with store.read() as tx:
+        seen: dict[str, bool] = {}
+        for stamped in batch:
+            event = stamped.payload
+            if not isinstance(event, (MessagePosted, MessageUpdated)):
+                continue
+            channel_id = event.channel_id
+            if channel_id not in seen:
+                try:
+                    visible_channel(tx, who, channel_id)
+                    seen[channel_id] = True
+                except NotFound:
+                    seen[channel_id] = False
+            if not seen[channel_id]:
+                continue
+            row = messages_store.message(tx, event.message_id)
+            if row is None:
+                continue
+            out.append(
+                {
+                    "event": "posted" if isinstance(event, MessagePosted) else "updated",
+                    "channel_id": channel_id,
+                    "message": public_message(row),
+                    "bus_seq": stamped.seq,
+                }
+            )
+    return out

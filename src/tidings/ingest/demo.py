@@ -14,7 +14,7 @@ from typing import Any
 
 from ..hub.tokens import Principal, hash_token
 from ..store import accounts as accounts_store
-from .bridges import create_bridge
+from ..bridges.registry import create_bridge
 
 DEMO_BRIDGE_TOKEN = "tdg_demo_signal_bridge"
 

@@ -57,7 +57,8 @@ __all__ = [
     "validate_event",
 ]
 
-PLATFORMS = frozenset({"signal", "whatsapp", "google"})
+#: The bridge platforms, written once (in this order wherever they are listed).
+PLATFORMS = ("signal", "whatsapp", "google")
 CONVERSATION_KINDS = frozenset({"direct", "group", "broadcast", "system"})
 DIRECTIONS = frozenset({"incoming", "outgoing"})
 MUTATION_KINDS = frozenset({"edit", "delete"})

@@ -14,7 +14,7 @@ use cases, so the MCP surface has exactly the HTTP API's rules:
 * bridge conversations: ``bridges.conversations`` (admin, the bridge's owner and the owner's
   agents; everyone else "unknown conversation" / "unknown bridge");
 * search: hub messages in the agent's channels, plus bridge messages of the bridges its
-  owner owns (``store.bridge_messages.search``).
+  owner owns (``hub.search.search_bridge_messages``).
 
 Results are JSON objects (structured content, and the same JSON as text). Anything that
 carries text from outside the hub (bridge messages, conversation titles and names, and
@@ -43,10 +43,7 @@ from ..bridges import conversations as bridge_conversations
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
 from ..hub.tokens import Principal
-from ..store import bridge_messages
-from ..store import inbox as inbox_store
-from ..store import messages as messages_store
-from . import queries
+from ..hub import search as search_hub
 
 #: Names a call's agent from its context; raises ``ToolError`` when it cannot.
 Resolver = Callable[[Context], Principal]
@@ -152,7 +149,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         who = agent(ctx)
         owed = runtime.delivery.owed(who, who.account_id)
         with store.read() as tx:
-            rows = [messages_store.message(tx, o["message_id"]) for o in owed]
+            rows = [search_hub.message(tx, o["message_id"]) for o in owed]
             marked = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in rows if r is not None])
         by_id = {m["id"]: m for m in marked.pop("messages")}
         marked["owed"] = [{**o, "message": by_id.get(o["message_id"])} for o in owed]
@@ -198,7 +195,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
                 owner = bridge_conversations.readable_owner(tx, who)
                 convs = []
                 if owner != bridge_conversations.NOBODY:
-                    for bridge in inbox_store.bridges(tx, owner):
+                    for bridge in search_hub.bridges_of_owner(tx, owner):
                         convs += bridge_conversations.list_conversations(tx, who, bridge["id"], **page)
                 # the same (time, id) order each bridge's page was cut in
                 convs.sort(key=lambda c: (c["last_message_at_ms"] or 0, c["id"]), reverse=True)
@@ -255,13 +252,13 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         if not needle or len(needle) > SEARCH_MAX_QUERY:
             raise BadRequest(f"query must be 1 to {SEARCH_MAX_QUERY} characters", code="bad_query")
         with store.read() as tx:
-            hub_rows = queries.search_channel_messages(tx, who.account_id, needle, limit)
+            hub_rows = search_hub.search_channel_messages(tx, who.account_id, needle, limit)
             out = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in hub_rows])
             owner = bridge_conversations.readable_owner(tx, who)
             bridge_rows = (
                 []
                 if owner == bridge_conversations.NOBODY
-                else bridge_messages.search(tx, needle, limit=limit, owner_id=owner)
+                else search_hub.search_bridge_messages(tx, needle, limit=limit, owner_id=owner)
             )
         return _untrusted(
             {
@@ -296,7 +293,7 @@ def _untrusted(payload: dict[str, Any]) -> dict[str, Any]:
 def _mark_channel_messages(tx: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"messages": [...]}``, with the messages a bridge account posted marked untrusted
     (and the whole result marked when there is one)."""
-    bridges = queries.bridge_account_ids(tx) if messages else frozenset()
+    bridges = search_hub.bridge_account_ids(tx) if messages else frozenset()
     marked = False
     for message in messages:
         if message["author_account_id"] in bridges:

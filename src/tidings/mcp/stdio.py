@@ -39,8 +39,8 @@ import anyio
 
 from .. import logs
 from ..errors import Forbidden, TidingsError
+from ..hub import accounts as accounts_hub
 from ..hub.tokens import Principal, authenticate
-from ..store import accounts as accounts_store
 from ..store.engine import Store, normalize_url
 
 
@@ -76,8 +76,7 @@ def _check_database(db_url: str) -> None:
     except Exception as exc:  # noqa: BLE001 - one line, exit 1
         raise StartupError(f"cannot open the database {db_url!r}: {exc}") from None
     try:
-        with store.read() as tx:
-            ready = accounts_store.admin_token_exists(tx)
+        ready = accounts_hub.hub_is_set_up(store)
     finally:
         store.dispose()
     if not ready:

@@ -54,12 +54,12 @@ import sqlalchemy as sa
 from ..clock import FakeClock
 from ..errors import TidingsError
 from ..faults import Faults
+from ..ingest.events import PLATFORMS
 from ..store import accounts as accounts_store
 from ..store import inbox as inbox_store
 from ..store.engine import Store, normalize_url
 from .writecount import BOOKKEEPING, OPS, ReplayCounter
 
-PLATFORMS = ("signal", "whatsapp", "google")
 UNKNOWN_CODEC_PLATFORM = "signal"  # the designated bridge for frames of an unknown codec
 STUCK_CODEC = "google.json"
 PROGRESS_EVERY = 250

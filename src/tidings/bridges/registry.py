@@ -16,16 +16,16 @@ import re
 from typing import Any
 
 from ..errors import BadRequest, Forbidden, NotFound
-from ..hub.accounts import MAX_HANDLE, RESERVED_HANDLES, check_handle
+from ..hub.accounts import HANDLE_CHARS, MAX_HANDLE, RESERVED_HANDLES, check_handle
 from ..hub.tokens import Principal, issue_token
 from ..ids import new_id
+from ..ingest.events import PLATFORMS
 from ..store import accounts as accounts_store
 from ..store import inbox as inbox_store
 from ..store.engine import Store, Tx, is_integrity_error
 
-PLATFORMS = ("signal", "whatsapp", "google")
 MAX_NAME = 200
-_SLUG_DROP = re.compile(r"[^a-z0-9._-]+")
+_SLUG_DROP = re.compile(rf"[^{HANDLE_CHARS}]+")
 
 
 def bridge_handle_base(platform: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""The two reads only the MCP tools need (everything else comes from ``store/``).
+"""Search reads of the MCP tools (the edge reaches them through ``hub/search.py``).
 
 * ``search_channel_messages`` -- hub messages whose text contains the query
   (case-insensitive), in channels the account is a member of, newest first. Membership is
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.bridge_messages import like_pattern
-from ..store.engine import Tx
-from ..store.messages import MESSAGE_COLUMNS, row_to_message
-from ..store.sql import PerDialect, Stmt
+from .bridge_messages import like_pattern
+from .engine import Tx
+from .messages import MESSAGE_COLUMNS, row_to_message
+from .sql import PerDialect, Stmt
 
 _SEARCH = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages m "
