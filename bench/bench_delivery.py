@@ -30,10 +30,11 @@ import json
 import threading
 import time
 import tracemalloc
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-from benchlib import Reporter, latency_ms, peak_rss_kb, raw_connect, ratio, reset_peak_rss, rss_kb
+from benchlib import Reporter, latency_ms, peak_rss_kb, ratio, raw_connect, reset_peak_rss, rss_kb
 
 ADMIN_TOKEN = "tdg_bench_admin"
 
@@ -114,7 +115,7 @@ class Readers:
         self._stopping = False
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="bench-readers", daemon=True)
 
-    def __enter__(self) -> "Readers":
+    def __enter__(self) -> Readers:
         self._thread.start()
         return self
 

@@ -52,7 +52,7 @@ class Server:
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -87,7 +87,7 @@ class SSEReaders:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="bench-sse", daemon=True)
 
-    def __enter__(self) -> "SSEReaders":
+    def __enter__(self) -> SSEReaders:
         self._thread.start()
         deadline = time.monotonic() + 30
         while len(self.opened) < len(self.tokens) and time.monotonic() < deadline:

@@ -23,7 +23,17 @@ import json
 import time
 from typing import Any
 
-from benchlib import INGEST_TABLES, PROJECTED_TABLES, Databases, Reporter, inbox_outcomes, latency_ms, raw_connect, ratio, table_counts
+from benchlib import (
+    INGEST_TABLES,
+    PROJECTED_TABLES,
+    Databases,
+    Reporter,
+    inbox_outcomes,
+    latency_ms,
+    ratio,
+    raw_connect,
+    table_counts,
+)
 
 # A batching bridge's request size for the "frames a request" run (the HTTP edge takes up to 1,000).
 BATCH = 100

@@ -18,8 +18,9 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -239,7 +240,7 @@ class Reporter:
             disable=not enabled,
         )
 
-    def __enter__(self) -> "Reporter":
+    def __enter__(self) -> Reporter:
         self.progress.start()
         return self
 

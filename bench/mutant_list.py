@@ -116,7 +116,8 @@ add("roster.fast_path_accepts_repeat", CONVS,
     g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
     why="the reference's survivor: a roster repeating an identity matches on the fast path")
 add("roster.diff_accepts_repeat", CONVS,
-    '        if row.identity_id in wanted:\n            raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")\n',
+    '        if row.identity_id in wanted:\n'
+    '            raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")\n',
     "",
     g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
     why="the slow path merges a repeated identity silently")

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_baseline:
             distinct = sorted(set(selections.values()))
             print(f"baseline: {len(distinct)} distinct test selections on the unmutated tree", flush=True)
-            for sel, res in zip(distinct, pool.map(lambda s: run_baseline(s, args.timeout), distinct)):
+            for sel, res in zip(distinct, pool.map(lambda s: run_baseline(s, args.timeout), distinct), strict=True):
                 baseline[sel] = res
                 if not res["ok"]:
                     print(f"ERR baseline fails ({res['seconds']}s): {' '.join(sel)}\n    {res['detail']}", flush=True)

@@ -53,8 +53,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from tidings.errors import TidingsError
 from tidings.ingest.decoders import DECODERS, decode_frame

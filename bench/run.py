@@ -75,12 +75,12 @@ class Sizes:
     http_s: float = 5.0
 
     @classmethod
-    def quick(cls) -> "Sizes":
+    def quick(cls) -> Sizes:
         return cls(frames=3_000, latency_s=3.0, warmup_s=0.5, fanout_messages=500,
                    recovery_sizes=(10_000, 30_000), http_s=2.0)
 
     @classmethod
-    def smoke(cls) -> "Sizes":
+    def smoke(cls) -> Sizes:
         return cls(frames=200, rate=200.0, latency_s=0.25, warmup_s=0.05, latency_agents=3, fanout_agents=(3,),
                    fanout_messages=30, recovery_sizes=(300, 1_200), scan_batch=1_000, stuck=2, stuck_frames=40,
                    stuck_pace_ms=0, http_s=0.5)
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
     run.results = {
         "meta": {
             "command": command.strip(),
-            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
             "backends": backends,
             "naive_on": naive_on,

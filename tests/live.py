@@ -44,7 +44,7 @@ class LiveServer:
             target=self.server.run, kwargs={"sockets": [self._sock]}, name=f"uvicorn-{self.port}", daemon=True
         )
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self._thread.start()
         return self
 
@@ -69,7 +69,7 @@ class SSEStream:
         self._response: httpx.Response | None = None
         self._thread = threading.Thread(target=self._read, name="sse-reader", daemon=True)
 
-    def __enter__(self) -> "SSEStream":
+    def __enter__(self) -> SSEStream:
         self._thread.start()
         return self
 

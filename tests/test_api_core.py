@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidings.hub.events import MessagePosted
-
 from helpers import auth
+from tidings.hub.events import MessagePosted
 
 
 def make_human(client, handle="alice"):
@@ -222,7 +221,9 @@ def test_client_request_id_is_per_author_and_bound_to_its_channel(client, runtim
 def test_edit_is_author_only(client):
     alice, bob, carol = make_human(client, "alice"), make_human(client, "bob"), make_human(client, "carol")
     ch = make_channel(client, alice["token"], members=[bob["id"]])
-    msg = client.post(f"/api/v1/channels/{ch['id']}/messages", json={"text": "v1"}, headers=auth(alice["token"])).json()["message"]
+    msg = client.post(
+        f"/api/v1/channels/{ch['id']}/messages", json={"text": "v1"}, headers=auth(alice["token"])
+    ).json()["message"]
     new = {"blocks": [{"kind": "text", "text": "v2"}]}
     assert client.patch(f"/api/v1/messages/{msg['id']}", json=new, headers=auth(bob["token"])).status_code == 403
     assert client.patch(f"/api/v1/messages/{msg['id']}", json=new, headers=auth(carol["token"])).status_code == 404

@@ -5,15 +5,12 @@ them reach agents like any post; edits and deletes follow; access is admin-only.
 from __future__ import annotations
 
 import pytest
-
-from tidings.hub import accounts as accounts_hub
-from tidings.hub import channels as channels_hub
-from tidings.hub.tokens import Principal
-from tidings.bridges.registry import create_bridge
-from tidings.store import messages as messages_store
-
 from delivery_world import World
+
 from helpers import auth
+from tidings.bridges.registry import create_bridge
+from tidings.hub.tokens import Principal
+from tidings.store import messages as messages_store
 
 GROUP = "q2Vn0aRZ8f0yX8Tt6cJmK1x4Wn9bYl3eQvPzA5oHs7c="
 MOM = ("+14155550133", "7c0d7e44-1b6a-4c55-9d0e-1f2a3b4c5d6e", "Mom")

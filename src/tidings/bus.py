@@ -32,8 +32,8 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from tidings.clock import SYSTEM_CLOCK, Clock
 from tidings.faults import Faults

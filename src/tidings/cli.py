@@ -9,7 +9,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,7 +32,7 @@ DEMO_DB = "./tidings-demo.db"
 DbOption = typer.Option(None, "--db", help="SQLite file path or postgresql:// URL (env TIDINGS_DB).")
 
 
-def resolve_db(db: Optional[str], default: str = DEFAULT_DB) -> str:
+def resolve_db(db: str | None, default: str = DEFAULT_DB) -> str:
     return db or os.environ.get("TIDINGS_DB") or default
 
 
@@ -44,7 +43,7 @@ def fail(message: str, code: int = 1) -> None:
 
 @app.command()
 def serve(
-    db: Optional[str] = DbOption,
+    db: str | None = DbOption,
     host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
     port: int = typer.Option(7860, help="TCP port."),
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
@@ -79,7 +78,7 @@ def serve(
 
 @app.command()
 def status(
-    db: Optional[str] = DbOption,
+    db: str | None = DbOption,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Show the counters of GET /api/status for a database."""
@@ -117,9 +116,9 @@ def _flatten(values, prefix=""):
 def ingest(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON-lines file of frames."),
     bridge: str = typer.Option(..., "--bridge", help="Bridge id the frames belong to."),
-    db: Optional[str] = DbOption,
-    url: Optional[str] = typer.Option(None, "--url", help="Append through a running hub at this URL instead."),
-    token: Optional[str] = typer.Option(None, "--token", help="With --url: the bridge's token (env TIDINGS_BRIDGE_TOKEN)."),
+    db: str | None = DbOption,
+    url: str | None = typer.Option(None, "--url", help="Append through a running hub at this URL instead."),
+    token: str | None = typer.Option(None, "--token", help="With --url: the bridge's token (env TIDINGS_BRIDGE_TOKEN)."),
 ) -> None:
     """Append frames from a JSON-lines file (with a progress bar), drain them, print counters."""
     try:
@@ -137,10 +136,10 @@ def ingest(
 @app.command()
 def replay(
     args: list[str] = typer.Argument(..., metavar="CORPUS.jsonl | compare A B", show_default=False),
-    out_store: Optional[str] = typer.Option(
+    out_store: str | None = typer.Option(
         None, "--out", help="The fresh store to build: a new SQLite path or an empty postgresql:// database."
     ),
-    metrics: Optional[Path] = typer.Option(None, "--metrics", help="Where to write the metrics JSON."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="Where to write the metrics JSON."),
     stuck: int = typer.Option(0, "--stuck", help="Frames that fail transiently on every attempt."),
     stuck_at: str = typer.Option(
         "decoded", "--stuck-at", help="Where stuck frames fail: 'decoded' (before the projection) or 'projected' (after it)."
@@ -148,19 +147,20 @@ def replay(
     real_sleeps: bool = typer.Option(
         False, "--real-sleeps", help="Sleep the worker's 5/10/20 ms in-attempt retry waits (pinned and only counted by default)."
     ),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Replay only the first N frames."),
-    codecs: Optional[str] = typer.Option(None, "--codecs", help="Replay only these codecs (comma-separated)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Replay only the first N frames."),
+    codecs: str | None = typer.Option(None, "--codecs", help="Replay only these codecs (comma-separated)."),
     label: str = typer.Option("", "--label", help="A label recorded in the metrics."),
     apply_on_append: bool = typer.Option(
         True, "--apply-on-append/--worker-only", help="Apply frames in their append transaction, or leave all to the worker."
     ),
     autocheckpoint: bool = typer.Option(
-        False, "--autocheckpoint", help="SQLite: keep automatic WAL checkpoints (as in production); WAL bytes are then not measured."
+        False, "--autocheckpoint",
+        help="SQLite: keep automatic WAL checkpoints (as in production); WAL bytes are then not measured."
     ),
-    ignore: Optional[list[str]] = typer.Option(
+    ignore: list[str] | None = typer.Option(
         None, "--ignore", help="compare: a table.column (or table) reported but not required to match; repeatable."
     ),
-    report: Optional[Path] = typer.Option(None, "--report", help="compare: also write the comparison as JSON."),
+    report: Path | None = typer.Option(None, "--report", help="compare: also write the comparison as JSON."),
 ) -> None:
     """Replay a corpus into a fresh store and write metrics; or: replay compare A B."""
     try:
@@ -171,7 +171,8 @@ def replay(
 
     logs.configure(level=os.environ.get("TIDINGS_LOG_LEVEL", "ERROR"))
     sys.exit(run_replay(
-        args, out_store=out_store, metrics=metrics, stuck=stuck, stuck_at=stuck_at, real_sleeps=real_sleeps, ignore=ignore, report=report, limit=limit,
+        args, out_store=out_store, metrics=metrics, stuck=stuck, stuck_at=stuck_at, real_sleeps=real_sleeps,
+        ignore=ignore, report=report, limit=limit,
         codecs=codecs, label=label, apply_on_append=apply_on_append, autocheckpoint=autocheckpoint, out=out, err=err,
     ))
 
@@ -193,8 +194,8 @@ def corpus_synth(
 @app.command()
 def mcp(
     token: str = typer.Option(..., "--token", help="Agent token."),
-    db: Optional[str] = DbOption,
-    url: Optional[str] = typer.Option(
+    db: str | None = DbOption,
+    url: str | None = typer.Option(
         None, "--url", help="A running hub's base URL: forward to its /mcp (posts are routed at once)."
     ),
 ) -> None:

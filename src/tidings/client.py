@@ -55,8 +55,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -477,7 +478,7 @@ class Agent:
         self.stop()
         self._http.close()
 
-    def __enter__(self) -> "Agent":
+    def __enter__(self) -> Agent:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -7,7 +7,7 @@ counter the contract promises, zeros included, and a typo in ``incr`` fails loud
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Counters:

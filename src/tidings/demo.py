@@ -16,6 +16,7 @@ from typing import Any
 from .hub import accounts as accounts_hub
 from .hub import channels as channels_hub
 from .hub.tokens import Principal, register_token
+from .ingest.demo import DEMO_BRIDGE_TOKEN, seed_demo_bridge
 from .runtime import Runtime
 from .store import accounts as accounts_store
 from .store.sql import Stmt
@@ -88,8 +89,6 @@ def seed_demo(runtime: Runtime, base_url: str) -> str:
 
 def _seed_bridge(runtime: Runtime, admin: Principal, ids: dict[str, str], family_id: str) -> None:
     """Alice's Signal bridge with a family chat, its group linked into ``#signal-family``."""
-    from .ingest.demo import seed_demo_bridge
-
     bridge = seed_demo_bridge(runtime, admin, ids)
     with runtime.store.read() as tx:
         row = tx.one(_GROUP_CONVERSATION, {"bridge_id": bridge["id"]})
@@ -98,8 +97,6 @@ def _seed_bridge(runtime: Runtime, admin: Principal, ids: dict[str, str], family
 
 
 def _guide(base: str, general_id: str, bridge_id: str) -> str:
-    from .ingest.demo import DEMO_BRIDGE_TOKEN
-
     return f"""
 [bold]Demo world[/bold]: people alice, bob; agents assistant (alice's), scout (bob's); channels
 #general, #research, #signal-family (linked to the "Family" group of alice's Signal bridge).

@@ -27,7 +27,7 @@ class Faults:
             self.load(spec)
 
     @classmethod
-    def from_env(cls) -> "Faults":
+    def from_env(cls) -> Faults:
         return cls(os.environ.get("TIDINGS_FAULTS", ""))
 
     def load(self, spec: str) -> None:

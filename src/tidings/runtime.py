@@ -69,7 +69,7 @@ class Runtime:
         self.bus.close()
         self.store.dispose()
 
-    def __enter__(self) -> "Runtime":
+    def __enter__(self) -> Runtime:
         self.start()
         return self
 

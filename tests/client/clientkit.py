@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import uvicorn
@@ -56,7 +57,7 @@ class Hub:
         )
         self.http = httpx.Client(base_url=self.url, timeout=WAIT)
 
-    def __enter__(self) -> "Hub":
+    def __enter__(self) -> Hub:
         self._thread.start()
         return self
 

@@ -5,11 +5,12 @@ Every live test runs on both backends (the root ``backend_url`` fixture)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-
 from clientkit import Hub, Sleeper, Wire, World, build_world
+
 from tidings.client import Agent
 
 

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from clientkit import ADMIN_TOKEN, WAIT, Hub, Recorder, auth, build_world, post_into_store
+
 from live import SSEStream
 from tidings.client import Agent, AuthError
 

@@ -10,10 +10,10 @@ import socket
 
 import httpx
 import pytest
+from clientkit import Sleeper
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clientkit import Sleeper
 from tidings.client import Agent, APIError, Backoff, ClientError, ServerUnavailable, SSEEvent, SSEParser, _Seen
 
 

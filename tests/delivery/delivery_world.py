@@ -18,8 +18,8 @@ from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import Principal
 from tidings.runtime import Runtime
 from tidings.store import cursors as cursors_store
-from tidings.store import owed as owed_store
 from tidings.store import messages as messages_store
+from tidings.store import owed as owed_store
 
 ADMIN_TOKEN = "tdg_test_admin"
 

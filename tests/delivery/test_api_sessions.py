@@ -4,14 +4,14 @@ with ``TIDINGS_FAULTS=bus.drop_publish``, on a real uvicorn server."""
 
 from __future__ import annotations
 
-from tidings.api import create_app
-from tidings.delivery.engine import Delivery
-from tidings.runtime import Runtime
-
 from delivery_world import ADMIN_TOKEN, FakeWaker
+
 from helpers import auth, create_account, post_text
 from helpers import create_channel as make_channel
 from live import LiveServer, SSEStream
+from tidings.api import create_app
+from tidings.delivery.engine import Delivery
+from tidings.runtime import Runtime
 
 ADMIN = auth(ADMIN_TOKEN)
 

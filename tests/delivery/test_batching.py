@@ -11,6 +11,7 @@ import asyncio
 import threading
 
 import pytest
+from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,11 +23,9 @@ from tidings.delivery.sessions import Dispatch, Session, coalesced_wakes
 from tidings.faults import Faults
 from tidings.runtime import Runtime
 from tidings.store import delivery as delivery_store
-from tidings.store import owed as owed_store
 from tidings.store import engine as engine_mod
 from tidings.store import messages as messages_store
-
-from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
+from tidings.store import owed as owed_store
 
 
 def _fresh_urls(backend_url, tmp_path):

@@ -6,13 +6,12 @@ Every test drives the engine synchronously (``world.pump()``), on both backends.
 from __future__ import annotations
 
 import pytest
+from delivery_world import World, general_channel
 
 from tidings.delivery.engine import Delivery
 from tidings.delivery.wakers import SystemWaker
 from tidings.hub.events import MessagePosted
 from tidings.store import delivery as delivery_store
-
-from delivery_world import World, general_channel
 
 
 def setup(world: World, *agents: str, subscribed: tuple[str, ...] | None = None) -> tuple[str, str, dict[str, str]]:

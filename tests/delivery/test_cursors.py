@@ -5,14 +5,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from delivery_world import general_channel
 
 from tidings.errors import NotFound
 from tidings.store import cursors as cursors_store
 from tidings.store import owed as owed_store
 from tidings.store import sweep as sweep_store
-from tidings.store import delivery as delivery_store
-
-from delivery_world import general_channel
 
 
 def setup(world, *agents, subscribed=None):

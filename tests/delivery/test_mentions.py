@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from delivery_world import general_channel
 
 from tidings.delivery.mentions import mention_handles, parse_mentions, resolve_mentioned
 from tidings.store.sweep import ChannelAgent
-
-from delivery_world import general_channel
 
 
 # -- grammar (pure) ------------------------------------------------------------------------

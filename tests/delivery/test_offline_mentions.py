@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tidings.store import messages as messages_store
-
 from delivery_world import World, general_channel
+
+from tidings.store import messages as messages_store
 
 
 def setup(world, *agents, subscribed=(), live=()):

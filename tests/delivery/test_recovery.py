@@ -3,11 +3,11 @@ success (O4), a periodic scan, per-message and batch faults, bounded batches."""
 
 from __future__ import annotations
 
+from delivery_world import World, general_channel
+
 from tidings.delivery import consumer as consumer_mod
 from tidings.store import delivery as delivery_store
 from tidings.store import owed as owed_store
-
-from delivery_world import World, general_channel
 
 
 def setup(world, *agents, subscribed=(), live=()):

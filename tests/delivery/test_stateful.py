@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -29,8 +30,6 @@ from tidings.faults import Faults
 from tidings.runtime import Runtime
 from tidings.store import cursors as cursors_store
 from tidings.store import messages as messages_store
-
-from delivery_world import ADMIN_TOKEN, World, fresh_database_urls
 
 AGENTS = ("a0", "a1", "a2", "a3")
 PINGS = ("a0", "a1", "a2", "a3", "everyone", "users", "hu")

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from delivery_world import World, general_channel
 
 from tidings.errors import BadRequest, NotFound
-
-from delivery_world import World, general_channel
 
 
 def setup(world, *agents, subscribed=None):

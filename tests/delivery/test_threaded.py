@@ -7,11 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from delivery_world import World, general_channel
 
 from tidings.delivery import consumer as consumer_mod
 from tidings.delivery.sessions import Dispatch
-
-from delivery_world import World, general_channel
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from delivery_world import FakeWaker, World, general_channel
 
 from tidings.delivery.wakers import SystemWaker
-
-from delivery_world import FakeWaker, World, general_channel
 
 
 def setup(world, *agents, subscribed=(), live=()):

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tidings.store import inbox as inbox_store
-
 from helpers import auth
+from tidings.store import inbox as inbox_store
 
 SAMPLE = Path(__file__).parent / "fixtures" / "signal_sample.jsonl"
 

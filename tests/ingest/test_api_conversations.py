@@ -5,13 +5,12 @@ everyone else gets 404 with no data)."""
 from __future__ import annotations
 
 import pytest
+from test_projection_support import World, conv, delete, edit, gmsg, member, msg, react, ref
 
+from helpers import auth
 from tidings.hub.tokens import issue_token
 from tidings.ingest.events import IdentityRef
 from tidings.store import bridge_messages
-
-from helpers import auth
-from test_projection_support import World, conv, delete, edit, gmsg, member, msg, react, ref
 
 SIG = "signal:+15550100"
 

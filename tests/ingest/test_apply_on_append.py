@@ -20,13 +20,12 @@ from collections import Counter
 
 import pytest
 
+from helpers import auth
 from tidings.bridges.registry import create_bridge
 from tidings.ingest.engine import Ingest
 from tidings.ingest.inbox import Frame, append_frames
 from tidings.store import inbox as inbox_store
 from tidings.store.sql import Stmt
-
-from helpers import auth
 
 CODEC = "test.script"
 INSERT_APPLIED = Stmt("INSERT INTO t_append_applied (frame, step) VALUES (:frame, :step)")

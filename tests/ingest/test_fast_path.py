@@ -23,10 +23,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_decoders import FUZZ, JSON, SEEDS, _mutate, all_fixture_names, codec_of, load
 
+from tidings.bridges.registry import create_bridge
+from tidings.counters import Counters
 from tidings.errors import BadRequest, NotFound
 from tidings.ingest import events as events_mod
-from tidings.bridges.registry import create_bridge
+from tidings.ingest.counters import INGEST_COUNTERS
 from tidings.ingest.decoders import DECODERS, DecodeError, decode_frame
 from tidings.ingest.engine import Ingest
 from tidings.ingest.events import (
@@ -40,12 +43,8 @@ from tidings.ingest.events import (
 from tidings.ingest.inbox import parse_frame
 from tidings.ingest.projection import ProjectionContext, _Frame
 from tidings.ingest.worker import StagedCounters
-from tidings.counters import Counters
-from tidings.ingest.counters import INGEST_COUNTERS
 from tidings.store import inbox as inbox_store
 from tidings.store.engine import Tx
-
-from test_decoders import FUZZ, JSON, SEEDS, _mutate, all_fixture_names, codec_of, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

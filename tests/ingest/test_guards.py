@@ -9,13 +9,12 @@ from __future__ import annotations
 import threading
 
 import pytest
+from test_projection_support import PROJECTION_TABLES, World, conv, gmsg, member, msg, react, ref
+from writecount import WriteCounter
 
 from tidings.store import bridge_messages, conversations, identities, reactions
 from tidings.store.conversations import RosterError, RosterRow
 from tidings.store.reactions import SnapshotEntry
-
-from test_projection_support import PROJECTION_TABLES, World, conv, gmsg, member, msg, react, ref
-from writecount import WriteCounter
 
 
 @pytest.fixture

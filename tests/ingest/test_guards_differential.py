@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_projection_support import make_bridge
 
 from tidings.store import bridge_messages, conversations, identities, reactions
 from tidings.store.conversations import RosterError, RosterRow
 from tidings.store.engine import is_integrity_error
 from tidings.store.reactions import SnapshotEntry
 from tidings.store.sql import PerDialect, Stmt
-
-from test_projection_support import make_bridge
 
 SETTINGS = settings(
     max_examples=25,

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidings.bridges.registry import create_bridge
 from tidings.errors import BadRequest, TooLarge
 from tidings.ids import new_id
-from tidings.bridges.registry import create_bridge
 from tidings.ingest.engine import Ingest
 from tidings.ingest.inbox import Frame, append_frames, parse_frame, payload_text
 from tidings.store import inbox as inbox_store

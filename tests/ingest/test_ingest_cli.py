@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tidings.cli import app
 from tidings.bridges.registry import create_bridge
+from tidings.cli import app
 from tidings.ingest.cli import run_ingest
 from tidings.store import inbox as inbox_store
 from tidings.store.engine import Store
@@ -107,10 +107,9 @@ def test_the_typer_command_wires_it(backend_url):
 
 
 def test_ingest_through_a_running_hub_with_the_bridge_token(runtime):
+    from live import LiveServer
     from tidings.api import create_app
     from tidings.ingest.cli import run_ingest_http
-
-    from live import LiveServer
 
     bridge = create_bridge(runtime.store, platform="signal", name="phone")
     out, err, out_console, err_console = consoles()

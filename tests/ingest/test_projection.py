@@ -4,16 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
-from tidings.ingest.events import IdentityRef
-from tidings.ingest.projection import (
-    ProjectionError,
-    conversation_id_for,
-    derive_id,
-    infer_conversation_kind,
-    message_id_for,
-)
-
 from test_projection_support import (
     World,
     conv,
@@ -27,6 +17,15 @@ from test_projection_support import (
     ref,
 )
 from writecount import WriteCounter
+
+from tidings.ingest.events import IdentityRef
+from tidings.ingest.projection import (
+    ProjectionError,
+    conversation_id_for,
+    derive_id,
+    infer_conversation_kind,
+    message_id_for,
+)
 
 SIG = "signal:+15550100"
 BOB = "+15550100"

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_projection_support import World, conv, member, msg, react, ref
 
 from tidings.ingest.events import identity_key
-
-from test_projection_support import World, conv, member, msg, react, ref
 
 SETTINGS = settings(
     max_examples=25,

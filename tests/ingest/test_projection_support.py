@@ -6,7 +6,8 @@ the worker does, without the inbox or the worker.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tidings.counters import Counters
 from tidings.ingest.counters import INGEST_COUNTERS

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidings.bridges.registry import create_bridge
 from tidings.clock import SYSTEM_CLOCK
 from tidings.ids import new_id
 from tidings.ingest.backoff import RETRY_MAX_MS, retry_delay_ms
-from tidings.bridges.registry import create_bridge
 from tidings.ingest.decoders import DecodeError
 from tidings.ingest.engine import Ingest
 from tidings.ingest.inbox import Frame, append_frames

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidings.bridges.registry import create_bridge
 from tidings.ids import new_id
 from tidings.ingest import projection
-from tidings.bridges.registry import create_bridge
 from tidings.ingest.decoders import DECODERS
 from tidings.ingest.engine import Ingest
 from tidings.store import inbox as inbox_store

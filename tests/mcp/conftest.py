@@ -18,21 +18,20 @@ the engines started (delivery routes mentions, as ``tidings serve`` does).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
+from live import LiveServer
 from tidings.api import create_app
+from tidings.bridges.registry import create_bridge
 from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import authenticate
-from tidings.bridges.registry import create_bridge
-from tidings.store import cursors as cursors_store
 from tidings.store import owed as owed_store
-
-from live import LiveServer
 
 SAMPLE = Path(__file__).parent.parent / "ingest" / "fixtures" / "signal_sample.jsonl"
 

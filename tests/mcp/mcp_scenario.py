@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from mcp import Client
-
 from tidings.mcp.server import TOOL_NAMES
 
 

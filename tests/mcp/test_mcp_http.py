@@ -3,19 +3,19 @@ both backends: the tools, each protocol era, and authentication before the MCP l
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import anyio
 import httpx
 import httpx2
 import pytest
-from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_scenario import agent_flow, call, lists_exactly_the_contract_tools, stranger_flow
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from helpers import auth
-from mcp_scenario import agent_flow, call, lists_exactly_the_contract_tools, stranger_flow
+from mcp import Client
 
 ADMIN_TOKEN = "tdg_test_admin"  # the root conftest's runtime fixture
 
@@ -103,8 +103,8 @@ def test_a_session_belongs_to_the_agent_that_opened_it(hub):
 
 def test_the_endpoint_survives_a_second_run_of_the_app(world):
     """A fresh session manager per run of the host app (the SDK's runs only once)."""
-    from tidings.api import create_app
     from live import LiveServer
+    from tidings.api import create_app
 
     app = create_app(world.runtime)
 

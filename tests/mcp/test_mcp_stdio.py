@@ -8,16 +8,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 
 import anyio
 import pytest
-from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
 from mcp_scenario import agent_flow, call, fails, stranger_flow
+
+from mcp import Client
 
 TIDINGS = Path(sys.executable).with_name("tidings")  # the venv's console script
 

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tidings.api import create_app
-from tidings.runtime import Runtime
-
 from helpers import auth, create_account
 from helpers import create_channel as make_channel
 from helpers import post_text as post
 from live import LiveServer, SSEStream
+from tidings.api import create_app
+from tidings.runtime import Runtime
 
 ADMIN_TOKEN = "tdg_test_admin"  # the root conftest's runtime fixture
 ADMIN = auth(ADMIN_TOKEN)

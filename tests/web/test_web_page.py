@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import auth
+from helpers import post_text as post
+from live import LiveServer, SSEStream
 from tidings.api import create_app
 from tidings.demo import DEMO_TOKENS, seed_demo
 from tidings.faults import Faults
 from tidings.runtime import Runtime
-
-from helpers import auth
-from helpers import post_text as post
-from live import LiveServer, SSEStream
 
 CHROMIUM = os.environ.get("TIDINGS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -13,9 +13,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from ..bridges import registry as bridges_hub
 from ..errors import BadRequest
 from ..hub.tokens import Principal
-from ..bridges import registry as bridges_hub
 from . import deps
 
 router = APIRouter()

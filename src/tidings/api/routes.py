@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from ..errors import Forbidden, NotFound
+from ..errors import BadRequest, Forbidden
 from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
 from ..hub.channels import public_message
@@ -124,8 +124,6 @@ def post_message(
 ):
     unknown = set(body) - _POST_FIELDS
     if unknown:
-        from ..errors import BadRequest
-
         raise BadRequest(f"unknown fields: {sorted(unknown)}")
     rt = deps.runtime(request)
     row, inserted = rt.posting.post(

@@ -35,18 +35,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from importlib import resources
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..bus import Bus, BufferUnderflow, Stamped, Subscription
+from ..bus import BufferUnderflow, Bus, Stamped, Subscription
 from ..errors import NotFound
 from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
-from ..hub.events import MessagePosted, MessageUpdated
 from ..hub.tokens import Principal
 from . import deps
 
@@ -143,7 +143,7 @@ async def _stream(rt: Any, who: Principal, tick_s: float) -> AsyncIterator[str]:
                 if remaining > 0:
                     try:
                         first = await asyncio.wait_for(sub.aget(), remaining)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         first = _TIMEOUT
                 if first is None:  # closed: overrun (events were missed) or the bus shut
                     if not sub.lagged:

@@ -93,14 +93,13 @@ from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.events import MessagePosted
-from ..store import delivery as delivery_store
 from ..store import sessions as sessions_store
 from ..store.engine import Store
 from .link import Link
 from .options import ConsumerOptions
 from .routing import BATCH_READ_FAULT, ROUTE_FAULT, RouteOutcome, Router
 from .scan import SCAN_READ_FAULT, Scanner
-from .sessions import PHASE_CURSOR, Session
+from .sessions import PHASE_CURSOR, EdgeKind, Session
 from .sweeps import Sweeper
 from .unit import FLUSH_FAULT, Flusher, Unit
 from .wakers import WakeDispatcher
@@ -122,7 +121,7 @@ SETTLE_STATES = frozenset({"ready", "stopped"})
 
 @dataclass(slots=True)
 class Edge:
-    kind: str  # "start" | "end" | "state" | "refill"
+    kind: EdgeKind
     session: Session
     arg: Any
     bus_seq: int
@@ -209,7 +208,7 @@ class Consumer:
     # ======================================================================================
     # Edges from other threads
     # ======================================================================================
-    def submit(self, kind: str, session: Session, arg: Any = None) -> None:
+    def submit(self, kind: EdgeKind, session: Session, arg: Any = None) -> None:
         """Queue a session edge; thread-safe, never blocks."""
         edge = Edge(kind, session, arg, self.bus.head_seq)
         with self._edges_lock:
@@ -400,13 +399,13 @@ class Consumer:
     def _process_edge(self, edge: Edge) -> None:
         session = edge.session
         try:
-            if edge.kind == "start":
+            if edge.kind == EdgeKind.START:
                 self._start(session)
-            elif edge.kind == "end":
+            elif edge.kind == EdgeKind.END:
                 self._end(session, edge.arg)
-            elif edge.kind == "state":
+            elif edge.kind == EdgeKind.STATE:
                 self._state(session, edge.arg)
-            elif edge.kind == "refill":
+            elif edge.kind == EdgeKind.REFILL:
                 self.sweeper.sweep(session)
         except Exception as exc:  # noqa: BLE001 - never crash the consumer
             self.link.failed("session edge failed", exc, resweep=True, kind=edge.kind, session_id=session.session_id)

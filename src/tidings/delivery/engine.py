@@ -36,7 +36,7 @@ from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
 from ..store import owed as owed_store
 from .consumer import Consumer, ConsumerOptions
-from .sessions import Session, SessionRegistry
+from .sessions import EdgeKind, Session, SessionRegistry
 from .wakers import SystemWaker, WakeDispatcher, Waker
 
 log = structlog.get_logger("tidings.delivery")
@@ -192,7 +192,7 @@ class Delivery:
         session = self.registry.get(session_id) if isinstance(session_id, str) else None
         if session is None or session.agent_id != agent_id:
             raise NotFound("unknown session", code="unknown_session")
-        self.consumer.submit("state", session, state)
+        self.consumer.submit(EdgeKind.STATE, session, state)
 
     def ack(self, agent_id: str, message_id: Any) -> dict[str, Any]:
         if not isinstance(message_id, str) or not message_id:

@@ -19,7 +19,8 @@ the lowercase handle space.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..hub.accounts import HANDLE_PATTERN
 from ..store.sweep import ChannelAgent

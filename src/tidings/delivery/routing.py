@@ -28,8 +28,8 @@ from ..hub.events import MessagePosted
 from ..store import delivery as delivery_store
 from ..store.sweep import ChannelAgent
 from .link import Link
-from .options import ConsumerOptions
 from .mentions import mention_handles, resolve_mentioned
+from .options import ConsumerOptions
 from .sessions import OFFER_FULL, OFFER_OK, PHASE_CURSOR, Dispatch, Session, coalesced_wakes
 from .unit import Unit
 

@@ -29,21 +29,48 @@ import asyncio
 import contextlib
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from enum import StrEnum
+from typing import Any
 
 from ..ids import new_id
 
-OFFER_OK = "ok"
-OFFER_FULL = "full"
-OFFER_CLOSED = "closed"
 
-#: Sweep phases (consumer-thread state): a new session first walks its cursors (deliver),
-#: then its owed mentions (steer), then takes live dispatches.
-PHASE_NEW = "new"
-PHASE_CURSOR = "cursor"
-PHASE_OWED = "owed"
-PHASE_LIVE = "live"
+class Offer(StrEnum):
+    """What ``Session.offer`` answered."""
+
+    OK = "ok"
+    FULL = "full"
+    CLOSED = "closed"
+
+
+class Phase(StrEnum):
+    """Sweep phases (consumer-thread state): a new session first walks its cursors
+    (deliver), then its owed mentions (steer), then takes live dispatches."""
+
+    NEW = "new"
+    CURSOR = "cursor"
+    OWED = "owed"
+    LIVE = "live"
+
+
+class EdgeKind(StrEnum):
+    """The session edges the consumer orders behind the bus events before them."""
+
+    START = "start"
+    END = "end"
+    STATE = "state"
+    REFILL = "refill"
+
+
+OFFER_OK = Offer.OK
+OFFER_FULL = Offer.FULL
+OFFER_CLOSED = Offer.CLOSED
+PHASE_NEW = Phase.NEW
+PHASE_CURSOR = Phase.CURSOR
+PHASE_OWED = Phase.OWED
+PHASE_LIVE = Phase.LIVE
 
 
 _deferred = threading.local()
@@ -140,7 +167,7 @@ class Session:
         *,
         capacity: int,
         low_water: int,
-        on_refill: Callable[["Session"], None] | None = None,
+        on_refill: Callable[[Session], None] | None = None,
     ) -> None:
         self.session_id = session_id
         self.agent_id = agent_id
@@ -154,7 +181,7 @@ class Session:
         self._end_taken = False
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
         self._refill_wanted = False
-        self.phase = PHASE_NEW
+        self.phase: Phase = PHASE_NEW
         self.floors: dict[str, int] = {}
         self.owed_after: tuple[str, int] = ("", 0)
 
@@ -176,7 +203,7 @@ class Session:
             return len(self._items)
 
     # -- producer side (the consumer thread) ------------------------------------------------
-    def offer(self, item: Dispatch) -> str:
+    def offer(self, item: Dispatch) -> Offer:
         """Queue ``item`` unless the session is closed or full; never blocks."""
         with self._lock:
             if self._end is not None:
@@ -301,7 +328,7 @@ class SessionRegistry:
 
     def __init__(
         self,
-        submit: Callable[[str, Session, Any], None],
+        submit: Callable[[EdgeKind, Session, Any], None],
         *,
         capacity: int,
         low_water: int,
@@ -314,7 +341,7 @@ class SessionRegistry:
         self._by_id: dict[str, Session] = {}
 
     def _refill(self, session: Session) -> None:
-        self._submit("refill", session, None)
+        self._submit(EdgeKind.REFILL, session, None)
 
     def connect(self, agent_id: str) -> Session:
         session = Session(
@@ -325,10 +352,10 @@ class SessionRegistry:
             if old is not None:
                 del self._by_id[old.session_id]
                 old.close("replaced")
-                self._submit("end", old, "replaced")
+                self._submit(EdgeKind.END, old, "replaced")
             self._by_agent[agent_id] = session
             self._by_id[session.session_id] = session
-            self._submit("start", session, None)
+            self._submit(EdgeKind.START, session, None)
         return session
 
     def disconnect(self, session: Session, reason: str = "closed") -> bool:
@@ -340,7 +367,7 @@ class SessionRegistry:
             if self._by_agent.get(session.agent_id) is session:
                 del self._by_agent[session.agent_id]
             session.close(reason)
-            self._submit("end", session, reason)
+            self._submit(EdgeKind.END, session, reason)
         return True
 
     def get(self, session_id: str) -> Session | None:

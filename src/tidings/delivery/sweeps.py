@@ -15,10 +15,9 @@ import structlog
 
 from ..counters import Counters
 from ..hub.channels import public_message
-from ..store import cursors as cursors_store
+from ..store import delivery as delivery_store
 from ..store import owed as owed_store
 from ..store import sweep as sweep_store
-from ..store import delivery as delivery_store
 from .link import Link
 from .options import ConsumerOptions
 from .sessions import OFFER_CLOSED, OFFER_OK, PHASE_CURSOR, PHASE_LIVE, PHASE_OWED, Dispatch, Session

@@ -19,7 +19,6 @@ import structlog
 from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
-from ..store import delivery as delivery_store
 from ..store import owed as owed_store
 from ..store.sweep import ChannelAgent
 from .link import Link

@@ -27,7 +27,8 @@ import os
 import subprocess
 import threading
 from collections import deque
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import httpx
 import structlog

@@ -9,12 +9,13 @@ a cursor".
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..bus import Stamped
 from ..errors import BadRequest, Forbidden, NotFound
-from ..params import int_param as _int_param
 from ..ids import new_id
+from ..params import int_param as _int_param
 from ..store import accounts as accounts_store
 from ..store import channels as channels_store
 from ..store import cursors as cursors_store

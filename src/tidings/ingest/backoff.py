@@ -12,8 +12,8 @@ Two levels, as in the reference (spec ingest-reference §2.6-2.7):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 ATTEMPTS = 4
 TRANSIENT_SLEEPS_MS = (5, 10, 20)

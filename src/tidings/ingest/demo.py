@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bridges.registry import create_bridge
 from ..hub.tokens import Principal, hash_token
 from ..store import accounts as accounts_store
-from ..bridges.registry import create_bridge
 
 DEMO_BRIDGE_TOKEN = "tdg_demo_signal_bridge"
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import structlog
 
@@ -42,6 +43,7 @@ from ..faults import Faults
 from ..store import inbox as inbox_store
 from ..store.engine import Dedicated, Store, Tx
 from .counters import BridgeCounters
+from .decoders import DECODERS
 from .inbox import MAX_FRAME_BYTES, AppendResult, Frame, append_frames, frames_of_body, parse_frame
 from .worker import DrainStats, Worker
 
@@ -152,8 +154,6 @@ class Ingest:
     # -- append ----------------------------------------------------------------------------
     def codec_platforms(self) -> dict[str, str]:
         if self._codec_platforms is None:
-            from .decoders import DECODERS
-
             self._codec_platforms = {codec: dec.platform for codec, dec in DECODERS.items()}
         return self._codec_platforms
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
     "ANON_PREFIX",
@@ -167,13 +167,7 @@ class ReceiptEvent:
     occurred_at_ms: int
 
 
-Event = Union[
-    ConversationEvent,
-    MessageEvent,
-    MessageMutationEvent,
-    ReactionEvent,
-    ReceiptEvent,
-]
+Event = ConversationEvent | MessageEvent | MessageMutationEvent | ReactionEvent | ReceiptEvent
 
 _EVENT_TYPES = (
     ConversationEvent,

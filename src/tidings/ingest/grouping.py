@@ -43,7 +43,7 @@ def process_group(
                 except Gone:
                     done.append((inbox_id, GONE))
                     continue
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - classified below: transient or quarantined
                     if is_transient(exc):
                         if att.bridge_id is not None:
                             applier.counters.of(att.bridge_id).incr("transient_retries")

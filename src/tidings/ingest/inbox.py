@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import BadRequest, NotFound, TooLarge
 from ..store import inbox as inbox_store

@@ -44,10 +44,11 @@ is retried never counts twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from hashlib import sha256
-from typing import Any, Callable
+from typing import Any
 
 from ..counters import Counters
 from ..store import bridge_messages, conversations, identities, reactions, read_cursors

@@ -24,8 +24,9 @@ must carry a bearer token that a rebinding page cannot know.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -38,8 +39,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..http_edge import bearer, error_response
 from ..errors import Forbidden, TidingsError
+from ..http_edge import bearer, error_response
 from ..hub.tokens import Principal, authenticate
 from .server import build_server
 

@@ -63,10 +63,11 @@ async def serve(url: str, token: str) -> None:
     """Forward stdio MCP requests to the hub's ``/mcp`` until stdin closes."""
     import httpx2
     import mcp_types as types
-    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
+
+    from mcp import Client
 
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=60.0) as http:

@@ -32,7 +32,8 @@ An agent that missed a push re-reads from its last cursor and loses nothing.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -40,10 +41,10 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from ..bridges import conversations as bridge_conversations
-from ..errors import BadRequest, NotFound, TidingsError
+from ..errors import BadRequest, TidingsError
 from ..hub import channels as channels_hub
-from ..hub.tokens import Principal
 from ..hub import search as search_hub
+from ..hub.tokens import Principal
 
 #: Names a call's agent from its context; raises ``ToolError`` when it cannot.
 Resolver = Callable[[Context], Principal]

@@ -36,12 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from mcp.server.mcpserver.exceptions import ToolError
 
 from .. import logs
 from ..errors import Forbidden, TidingsError
 from ..hub import accounts as accounts_hub
 from ..hub.tokens import Principal, authenticate
+from ..runtime import Runtime
 from ..store.engine import Store, normalize_url
+from .server import build_server
 
 
 class StartupError(Exception):
@@ -85,8 +88,6 @@ def _check_database(db_url: str) -> None:
 
 def open_runtime(db_url: str, token: str) -> tuple[Any, Principal]:
     """The runtime (engines not started) and the token's agent; StartupError otherwise."""
-    from ..runtime import Runtime
-
     _check_database(db_url)
     try:
         runtime = Runtime(db_url)
@@ -107,10 +108,6 @@ def run_stdio(db_url: str, token: str) -> int:
         runtime, _ = open_runtime(db_url, token)
     except StartupError as exc:
         return _fail(str(exc))
-
-    from mcp.server.mcpserver.exceptions import ToolError
-
-    from .server import build_server
 
     def current_agent(ctx: Any) -> Principal:
         try:

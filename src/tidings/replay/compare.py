@@ -21,9 +21,10 @@ table has the same rows, modulo the ignored columns; otherwise the exit code is 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .harness import is_postgres, sqlite_path
 
@@ -40,7 +41,7 @@ class Ignore:
     columns: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
-    def parse(cls, items: Iterable[str]) -> "Ignore":
+    def parse(cls, items: Iterable[str]) -> Ignore:
         out = cls()
         for item in items:
             for part in item.split(","):

@@ -45,9 +45,10 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -223,7 +224,7 @@ class Contention:
     def close(self) -> None:
         try:
             self.conn.close()
-        except Exception:  # pragma: no cover - best effort
+        except Exception:  # noqa: BLE001 - best effort  # pragma: no cover
             pass
 
 
@@ -836,7 +837,7 @@ class _Run:
         if self.counter is not None:
             try:
                 self.counter.uninstall()
-            except Exception:  # pragma: no cover - the store is going away anyway
+            except Exception:  # noqa: BLE001 - the store is going away anyway  # pragma: no cover
                 pass
         self.store.dispose()
 

@@ -44,7 +44,8 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -75,7 +76,7 @@ class WriteCounter:
         self.installed = False
 
     # -- lifecycle ---------------------------------------------------------------------
-    def install(self) -> "WriteCounter":
+    def install(self) -> WriteCounter:
         sqlite = self.store.dialect == "sqlite"
         with self.store.write() as tx:
             tx.raw(f"CREATE TABLE IF NOT EXISTS {COUNT_TABLE} (tbl TEXT NOT NULL, op TEXT NOT NULL)")
@@ -114,7 +115,7 @@ class WriteCounter:
                 tx.raw(f"DROP FUNCTION IF EXISTS {COUNT_TABLE}_fn()")
         self.installed = False
 
-    def __enter__(self) -> "WriteCounter":
+    def __enter__(self) -> WriteCounter:
         return self.install()
 
     def __exit__(self, *exc: object) -> None:
@@ -210,7 +211,7 @@ class ReplayCounter:
         self._harvested: dict[tuple[str, str], list[int]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
-    def install(self) -> "ReplayCounter":
+    def install(self) -> ReplayCounter:
         if self.store.dialect == "sqlite":
             self._sql = _sqlite_trigger_sql(self.columns)
             sa.event.listen(self.store.engine, "connect", self._on_connect)
@@ -221,7 +222,10 @@ class ReplayCounter:
             self.store.engine.dispose()
         else:
             with self.store.write() as tx:
-                tx.raw(f"CREATE UNLOGGED TABLE IF NOT EXISTS {REPLAY_TABLE} (tbl TEXT NOT NULL, op TEXT NOT NULL, eff SMALLINT NOT NULL)")
+                tx.raw(
+                    f"CREATE UNLOGGED TABLE IF NOT EXISTS {REPLAY_TABLE} "
+                    "(tbl TEXT NOT NULL, op TEXT NOT NULL, eff SMALLINT NOT NULL)"
+                )
                 tx.raw(f"CREATE UNLOGGED TABLE IF NOT EXISTS {MARK_TABLE} (conversation_id TEXT NOT NULL)")
                 tx.raw(_pg_function(BOOKKEEPING))
                 for table in self.columns:

@@ -18,7 +18,8 @@ serve the HTTP API and the MCP tools.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from .engine import Tx
 from .sql import Stmt

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 import structlog
@@ -135,14 +136,14 @@ class Tx:
     def mappings(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         cur = self.execute(stmt, params)
         names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        rows = [dict(zip(names, r, strict=False)) for r in cur.fetchall()]
         cur.close()
         return rows
 
     def mapping(self, stmt: Stmt, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         cur = self.execute(stmt, params)
         row = cur.fetchone()
-        out = None if row is None else dict(zip([d[0] for d in cur.description], row))
+        out = None if row is None else dict(zip([d[0] for d in cur.description], row, strict=False))
         cur.close()
         return out
 
@@ -158,7 +159,7 @@ class Tx:
         self._after.append(fn)
 
     @contextlib.contextmanager
-    def savepoint(self) -> Iterator["Tx"]:
+    def savepoint(self) -> Iterator[Tx]:
         """A nested unit: rolled back alone on error, the outer transaction goes on.
 
         ``after_commit`` callbacks registered inside a rolled-back savepoint are dropped.
@@ -220,7 +221,7 @@ class Store:
                 pool_pre_ping=True,
             )
         if migrate:
-            from .migrate import migrate as run_migrations
+            from .migrate import migrate as run_migrations  # cycle: migrate.py needs Store (engine.py)
 
             run_migrations(self)
 
@@ -246,7 +247,7 @@ class Store:
         finally:
             conn.close()
 
-    def dedicated(self, *, pg_settings: dict[str, str] | None = None) -> "Dedicated":
+    def dedicated(self, *, pg_settings: dict[str, str] | None = None) -> Dedicated:
         """A connection kept by one thread (a worker) for many transactions."""
         return Dedicated(self, pg_settings=pg_settings)
 
@@ -327,7 +328,7 @@ class Dedicated:
         """Drop a broken connection and take a fresh one (after a lost PostgreSQL link)."""
         try:
             self.conn.invalidate()
-        except Exception:  # pragma: no cover - best effort
+        except Exception:  # noqa: BLE001 - best effort  # pragma: no cover
             pass
         self.conn = self._checkout()
         self.dbapi = self.conn.driver_connection
@@ -338,7 +339,7 @@ class Dedicated:
                 self.conn.invalidate()  # never back to the pool with session settings
             else:
                 self.conn.close()
-        except Exception:  # pragma: no cover
+        except Exception:  # noqa: BLE001 - closing a dead connection  # pragma: no cover
             pass
 
 
@@ -405,7 +406,7 @@ class _AutocommitTx(Tx):
         return super().raw(sql, params)
 
     @contextlib.contextmanager
-    def savepoint(self) -> Iterator["Tx"]:
+    def savepoint(self) -> Iterator[Tx]:
         raise RuntimeError("no savepoint outside a transaction")
         yield self  # pragma: no cover
 
@@ -420,7 +421,7 @@ def _autocommit_tx(store: Store, dbapi: Any, *, limit: int | None) -> Iterator[T
     finally:
         try:
             dbapi.autocommit = False
-        except Exception:  # a broken connection: its owner replaces it
+        except Exception:  # noqa: BLE001 - a broken connection: its owner replaces it
             pass
     if limit is not None:
         store.commits += 1
@@ -435,7 +436,7 @@ def _rollback_quietly(dbapi: Any) -> None:
                 dbapi.execute("ROLLBACK")
         else:
             dbapi.rollback()
-    except Exception:  # the connection is gone; the pool will discard it
+    except Exception:  # noqa: BLE001 - the connection is gone; the pool will discard it
         pass
 
 

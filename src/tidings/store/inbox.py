@@ -21,8 +21,13 @@ INSERT_BRIDGE = Stmt(
     "VALUES (:id, :platform, :name, :owner_id, :account_id, :now)",
     name="insert_bridge",
 )
-BRIDGE_BY_ID = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id WHERE b.id = :id", name="bridge_by_id")
-ALL_BRIDGES = Stmt(f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id ORDER BY b.created_at_ms, b.id", name="all_bridges")
+BRIDGE_BY_ID = Stmt(
+    f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id WHERE b.id = :id", name="bridge_by_id"
+)
+ALL_BRIDGES = Stmt(
+    f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id ORDER BY b.created_at_ms, b.id",
+    name="all_bridges",
+)
 BRIDGES_OWNED_BY = Stmt(
     f"SELECT {BRIDGE_COLUMNS} FROM bridges b JOIN accounts a ON a.id = b.account_id "
     "WHERE b.owner_id = :owner_id ORDER BY b.created_at_ms, b.id",

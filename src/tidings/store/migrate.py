@@ -69,7 +69,7 @@ _CREATE_PG = (
 )
 
 
-def migrate(store: "Store") -> list[int]:
+def migrate(store: Store) -> list[int]:
     """Apply every pending migration; return the versions applied by this call."""
     applied_now: list[int] = []
     for mig in available(store.dialect):
@@ -80,7 +80,7 @@ def migrate(store: "Store") -> list[int]:
     return applied_now
 
 
-def _apply_one(store: "Store", mig: Migration) -> bool:
+def _apply_one(store: Store, mig: Migration) -> bool:
     conn = store.engine.raw_connection()
     try:
         dbapi = conn.driver_connection
@@ -162,6 +162,6 @@ def _split_sql(script: str) -> list[str]:
             statements.append(candidate)
             buf = []
     rest = "\n".join(buf).strip()
-    if rest and not all(l.strip().startswith("--") or not l.strip() for l in buf):
+    if rest and not all(line.strip().startswith("--") or not line.strip() for line in buf):
         statements.append(rest)
     return statements

@@ -55,7 +55,9 @@ OWED_PAGE = Stmt(
     name="owed_page",
 )
 COUNT_OWED = Stmt("SELECT COUNT(*) FROM owed_mentions WHERE acked_at_ms IS NULL", name="count_owed")
-COUNT_OWED_OF = Stmt("SELECT COUNT(*) FROM owed_mentions WHERE agent_id = :agent_id AND acked_at_ms IS NULL", name="count_owed_of")
+COUNT_OWED_OF = Stmt(
+    "SELECT COUNT(*) FROM owed_mentions WHERE agent_id = :agent_id AND acked_at_ms IS NULL", name="count_owed_of"
+)
 # Marks name their rows one by one (never a seq range): a range could cover a lower seq
 # that commits after the scan read it, and that row would be marked without being routed.
 _MARK_ROUTED = "UPDATE messages SET mentions_routed_at = :now WHERE mentions_routed_at IS NULL AND seq {IN}"

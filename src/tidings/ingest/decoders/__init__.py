@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidings.ingest.events import Event
 from tidings.ingest.decoders.base import DecodeError, Decoder, UnknownCodec, UnsupportedVersion
 from tidings.ingest.decoders.google_json import GoogleJsonDecoder
 from tidings.ingest.decoders.signal_jsonrpc import SignalJsonRpcDecoder
 from tidings.ingest.decoders.whatsapp_event import WhatsAppEventDecoder
+from tidings.ingest.events import Event
 
 __all__ = [
     "DECODERS",

@@ -59,6 +59,7 @@ What becomes what
 
 from __future__ import annotations
 
+from tidings.ingest.decoders.base import Decoder, Reader
 from tidings.ingest.events import (
     ANON_PREFIX,
     LEGACY_PARTICIPANT_PREFIX,
@@ -69,7 +70,6 @@ from tidings.ingest.events import (
     Participant,
     ReactionEvent,
 )
-from tidings.ingest.decoders.base import Decoder, Reader
 
 _KINDS = ("conversation", "message")
 

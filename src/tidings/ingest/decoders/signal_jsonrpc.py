@@ -85,6 +85,7 @@ What becomes what
 
 from __future__ import annotations
 
+from tidings.ingest.decoders.base import DecodeError, Decoder, Reader, int_value
 from tidings.ingest.events import (
     Event,
     IdentityRef,
@@ -93,7 +94,6 @@ from tidings.ingest.events import (
     ReactionEvent,
     ReceiptEvent,
 )
-from tidings.ingest.decoders.base import DecodeError, Decoder, Reader, int_value
 
 SELF = "self"
 

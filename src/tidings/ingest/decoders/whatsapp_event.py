@@ -80,6 +80,7 @@ What becomes what
 
 from __future__ import annotations
 
+from tidings.ingest.decoders.base import DecodeError, Decoder, Reader
 from tidings.ingest.events import (
     Event,
     IdentityRef,
@@ -88,7 +89,6 @@ from tidings.ingest.events import (
     ReactionEvent,
     ReceiptEvent,
 )
-from tidings.ingest.decoders.base import DecodeError, Decoder, Reader
 
 _WRAPPERS = (
     "ephemeralMessage",
