@@ -267,7 +267,7 @@ add("append.backoff_holds_everything_up", ON_APPEND,
     t(APPEND, "test_a_frame_waiting_out_its_backoff_does_not_hold_up_later_frames"),
     why="one stuck frame sends every later append to the drain")
 add("append.transient_is_deterministic", ON_APPEND,
-    "        if is_transient(exc):\n            log.info(", "        if False:\n            log.info(",
+    "        if is_transient(error):\n            log.info(", "        if False:\n            log.info(",
     t(APPEND, "test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the_worker"),
     why="a busy error on append quarantines the frame")
 add("append.keeps_applying_after_a_left_frame", ON_APPEND,

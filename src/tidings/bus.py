@@ -34,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from tidings.clock import SYSTEM_CLOCK, Clock
 from tidings.faults import Faults
@@ -136,7 +137,7 @@ class Subscription:
 
     # -- called by the bus, with the bus lock held ---------------------------------------
 
-    def _offer(self, event: Stamped, wake: list) -> bool:
+    def _offer(self, event: Stamped, wake: list[Any]) -> bool:
         """Buffer ``event`` without blocking; False means the buffer is full (an overrun)."""
         with self._lock:
             if self._closed:
@@ -151,7 +152,7 @@ class Subscription:
                 self._async_waiters.clear()
         return True
 
-    def _shut(self, lagged: bool, wake: list) -> None:
+    def _shut(self, lagged: bool, wake: list[Any]) -> None:
         """Mark closed (and latch ``lagged`` if asked); wake every waiter. Idempotent."""
         with self._lock:
             if self._closed:
@@ -236,7 +237,7 @@ class Subscription:
 
     def cancel(self) -> None:
         """Leave the bus: no more live events, ``lagged`` untouched. Safe to call any time."""
-        wake: list = []
+        wake: list[Any] = []
         bus = self._bus
         if bus is not None:
             bus._forget(self)
@@ -324,7 +325,7 @@ class Bus:
         ``close()`` events are still numbered and retained, but nobody is listening.
         """
         force_overrun = self.faults.fire(OVERRUN_FAULT)
-        wake: list = []
+        wake: list[Any] = []
         with self._lock:
             seq = self._next_seq
             self._next_seq = seq + 1
@@ -395,7 +396,7 @@ class Bus:
     def close(self) -> None:
         """Close every live subscription cleanly (lagged stays False); later subscribes
         get terminal subscriptions. Idempotent."""
-        wake: list = []
+        wake: list[Any] = []
         with self._lock:
             self._closed = True
             subs = list(self._subs)

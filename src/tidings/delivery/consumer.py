@@ -562,7 +562,7 @@ class Consumer:
         if flush_in is not None:
             timeout = flush_in if timeout is None else min(timeout, flush_in)
         poke = asyncio.ensure_future(self._poke.wait())
-        waiters = {poke}
+        waiters: set[asyncio.Future[Any]] = {poke}
         getter = None
         if self._sub is not None and not self._bus_closed:
             getter = asyncio.ensure_future(self._sub.aget())

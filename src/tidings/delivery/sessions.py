@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from ..ids import new_id
 
@@ -85,7 +85,7 @@ def coalesced_wakes() -> Iterator[None]:
     if getattr(_deferred, "wakes", None) is not None:
         yield
         return
-    wakes: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    wakes: dict[asyncio.AbstractEventLoop, list[asyncio.Future[Any]]] = {}
     _deferred.wakes = wakes
     try:
         yield
@@ -98,17 +98,17 @@ def coalesced_wakes() -> Iterator[None]:
                 pass
 
 
-def _wake(waiter: asyncio.Future) -> None:
+def _wake(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_result(True)
 
 
-def _set_all(waiters: list[asyncio.Future]) -> None:
+def _set_all(waiters: list[asyncio.Future[Any]]) -> None:
     for waiter in waiters:
         _wake(waiter)
 
 
-def _expire(waiter: asyncio.Future) -> None:
+def _expire(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_result(False)
 
@@ -123,7 +123,7 @@ class Dispatch:
 
     @property
     def message_id(self) -> str:
-        return self.message["id"]
+        return cast(str, self.message["id"])
 
     def payload(self) -> dict[str, Any]:
         return {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
@@ -179,7 +179,7 @@ class Session:
         self._items: deque[Dispatch] = deque()
         self._end: SessionEnd | None = None
         self._end_taken = False
-        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
         self._refill_wanted = False
         self.phase: Phase = PHASE_NEW
         self.floors: dict[str, int] = {}

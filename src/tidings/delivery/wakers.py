@@ -50,7 +50,7 @@ class SystemWaker:
     def __init__(self, timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
         self._http: httpx.Client | None = None
-        self._children: list[subprocess.Popen] = []
+        self._children: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
 
     def wake(self, agent_id: str, config: dict[str, Any] | None, reason: str) -> bool | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from psycopg import errors as pgerr
@@ -259,7 +259,7 @@ class FrameApplier:
         staged = StagedCounters(counters)
         ctx = ProjectionContext(
             bridge_id=bridge_id,
-            platform=platform,
+            platform=cast(str, platform),  # an unknown bridge: the projection rejects it
             inbox_id=inbox_id,
             received_at_ms=received_at_ms,
             now_ms=self.clock.now_ms(),

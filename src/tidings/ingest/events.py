@@ -133,7 +133,7 @@ class MessageEvent:
     occurred_at_ms: int
     client_request_id: str = ""
     reply_to_remote_id: str | None = None
-    attachments: tuple[dict, ...] = ()
+    attachments: tuple[dict[str, Any], ...] = ()
     reactions_snapshot: bool = False
 
 

@@ -186,7 +186,7 @@ def parse_frame(
         if expected is not None and expected != platform:
             raise bad(f"codec {codec!r} carries {expected} frames; this is a {platform} bridge")
     version = raw.get("codec_version")
-    if not _is_int(version) or not 0 <= version < 2**31:
+    if not isinstance(version, int) or not _is_int(version) or not 0 <= version < 2**31:
         raise bad("codec_version must be a non-negative integer")
     if "dedupe_key" not in raw:
         raise bad('dedupe_key is required (use "" when the transport has no stable id)')
@@ -208,7 +208,7 @@ def parse_frame(
             text, size = _object_text(payload)
         except ValueError as exc:
             raise bad(str(exc)) from None
-        doc: dict | None = payload
+        doc: dict[str, Any] | None = payload
     elif isinstance(payload, str):
         if "\x00" in payload:
             raise bad("payload string contains NUL or invalid Unicode")
@@ -228,7 +228,7 @@ def _same_payload(stored: str, new: str) -> bool:
     if stored == new:
         return True
     try:
-        return json.loads(stored) == json.loads(new)
+        return bool(json.loads(stored) == json.loads(new))
     except (ValueError, RecursionError):
         return False
 

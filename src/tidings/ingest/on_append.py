@@ -90,17 +90,17 @@ def insert_applied(
     except _AttemptFailed as failed:
         # The savepoint was rolled back cleanly (had that failed too, its own error would
         # have propagated instead): ``tx`` is as it was before this frame.
-        exc = failed.exc
-        if is_transient(exc):
+        error = failed.exc
+        if is_transient(error):
             log.info(
                 "transient error applying a frame on append; the worker retries it",
-                inbox_id=inbox_id, bridge_id=bridge_id, error=f"{type(exc).__name__}: {exc}",
+                inbox_id=inbox_id, bridge_id=bridge_id, error=f"{type(error).__name__}: {error}",
             )
             insert_row(tx, inbox_id, row, frame)
             counters = applier.counters.of(bridge_id)
             tx.after_commit(lambda: counters.incr("left_for_worker"))
             return LEFT
-        cause = cause_of(exc)
+        cause = cause_of(error)
         insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=QUARANTINED, cause=cause)
         codec = att.codec
 

@@ -182,7 +182,7 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
     """Apply one frame's events in ``tx``; True when any row changed."""
     if ctx.platform not in PLATFORMS:
         raise ProjectionError(f"unknown platform {ctx.platform!r}; expected one of {sorted(PLATFORMS)}")
-    buckets: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    buckets: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
     convs, msgs, muts, reacts, receipts = buckets
     for i, ev in enumerate(events):
         index = _BUCKET.get(type(ev))

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -364,7 +364,7 @@ class Worker:
         if staged is not None:
             staged.commit()
             staged.target.incr("projected")
-        return outcome
+        return cast(Outcome, outcome)
 
     def _quarantine(self, inbox_id: str, exc: BaseException) -> Outcome:
         cause = cause_of(exc)

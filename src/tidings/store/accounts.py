@@ -105,7 +105,7 @@ def insert_token(
     )
 
 
-def token(tx: Tx, token_hash: str) -> tuple | None:
+def token(tx: Tx, token_hash: str) -> tuple[Any, ...] | None:
     """(scope, account_id, bridge_id, account_kind) of a live token, or None."""
     return tx.one(TOKEN_BY_HASH, {"token_hash": token_hash})
 

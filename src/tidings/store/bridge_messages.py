@@ -19,7 +19,7 @@ Write guards:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .engine import Tx
 from .sql import PerDialect, Stmt
@@ -210,7 +210,7 @@ def exists(tx: Tx, message_id: str) -> bool:
 
 
 def occurred_at(tx: Tx, message_id: str) -> int | None:
-    return tx.scalar(OCCURRED, {"id": message_id})
+    return cast("int | None", tx.scalar(OCCURRED, {"id": message_id}))
 
 
 def locate_remote(tx: Tx, bridge_id: str, remote_message_id: str) -> tuple[str, str, int] | None:
@@ -218,7 +218,7 @@ def locate_remote(tx: Tx, bridge_id: str, remote_message_id: str) -> tuple[str, 
     that remote id, in whichever conversation; None when there is none, or more than one
     (an ambiguous id places nothing)."""
     rows = tx.all(BY_REMOTE, {"bridge_id": bridge_id, "remote_message_id": remote_message_id})
-    return tuple(rows[0]) if len(rows) == 1 else None  # type: ignore[return-value]
+    return tuple(rows[0]) if len(rows) == 1 else None
 
 
 # -- reads -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ which a PostgreSQL sequence is not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .engine import Tx
 from .sql import Stmt
@@ -123,7 +123,7 @@ def channels_of(tx: Tx, account_id: str | None) -> list[dict[str, Any]]:
 
 def next_channel_seq(tx: Tx, channel_id: str) -> int:
     """Take the next ``channel_seq`` of a channel; holds the channel row lock until commit."""
-    return tx.scalar(NEXT_CHANNEL_SEQ, {"id": channel_id})
+    return cast(int, tx.scalar(NEXT_CHANNEL_SEQ, {"id": channel_id}))
 
 
 def membership(tx: Tx, channel_id: str, account_id: str) -> bool | None:
@@ -165,13 +165,13 @@ def get_or_create_topic(tx: Tx, *, id: str, channel_id: str, name: str, created_
     folded = name.casefold()
     row = tx.one(TOPIC_BY_NAME, {"channel_id": channel_id, "name_folded": folded})
     if row is not None:
-        return row[0]
+        return cast(str, row[0])
     tx.execute(
         INSERT_TOPIC,
         {"id": id, "channel_id": channel_id, "name": name, "name_folded": folded, "created_by": created_by, "now": now},
     )
-    return tx.one(TOPIC_BY_NAME, {"channel_id": channel_id, "name_folded": folded})[0]
+    return cast(str, cast("tuple[Any, ...]", tx.one(TOPIC_BY_NAME, {"channel_id": channel_id, "name_folded": folded}))[0])
 
 
-def topic(tx: Tx, topic_id: str) -> tuple | None:
+def topic(tx: Tx, topic_id: str) -> tuple[Any, ...] | None:
     return tx.one(TOPIC_BY_ID, {"id": topic_id})

@@ -181,7 +181,7 @@ def upsert(
     )
 
 
-def by_key(tx: Tx, bridge_id: str, remote_id: str) -> tuple | None:
+def by_key(tx: Tx, bridge_id: str, remote_id: str) -> tuple[Any, ...] | None:
     """``(id, kind, title, remote_revision)`` of the stored conversation, or None."""
     return tx.one(BY_KEY, {"bridge_id": bridge_id, "remote_id": remote_id})
 

@@ -111,15 +111,15 @@ class Tx:
         cur.execute(sql, params or {})
         return cur
 
-    def all(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[tuple]:
+    def all(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.execute(stmt, params)
-        rows = cur.fetchall()
+        rows: list[tuple[Any, ...]] = cur.fetchall()
         cur.close()
         return rows
 
-    def one(self, stmt: Stmt, params: dict[str, Any] | None = None) -> tuple | None:
+    def one(self, stmt: Stmt, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         cur = self.execute(stmt, params)
-        row = cur.fetchone()
+        row: tuple[Any, ...] | None = cur.fetchone()
         cur.close()
         return row
 
@@ -129,7 +129,7 @@ class Tx:
 
     def rowcount(self, stmt: Stmt, params: dict[str, Any] | None = None) -> int:
         cur = self.execute(stmt, params)
-        n = cur.rowcount
+        n: int = cur.rowcount
         cur.close()
         return n
 
@@ -285,7 +285,7 @@ class Dedicated:
         conn = self.store.engine.raw_connection()
         if self.pg_settings:
             try:
-                dbapi = conn.driver_connection
+                dbapi: Any = conn.driver_connection
                 cur = dbapi.cursor()
                 for name, value in self.pg_settings.items():
                     cur.execute("SELECT set_config(%s, %s, false)", (name, value))

@@ -77,7 +77,7 @@ def upsert(
     )
 
 
-def by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> tuple | None:
+def by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> tuple[Any, ...] | None:
     """``(id, raw, display_name, is_self, metadata)`` of the stored identity, or None."""
     return tx.one(BY_KEY, {"bridge_id": bridge_id, "kind": kind, "canonical": canonical})
 

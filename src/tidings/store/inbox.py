@@ -8,7 +8,7 @@ unprocessed, so a frame is finished at most once whoever races for it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .engine import Tx
 from .sql import Stmt
@@ -132,7 +132,7 @@ def bridges(tx: Tx, owner_id: str | None = None) -> list[dict[str, Any]]:
 
 
 def bridge_platform(tx: Tx, bridge_id: str) -> str | None:
-    return tx.scalar(BRIDGE_PLATFORM, {"id": bridge_id})
+    return cast("str | None", tx.scalar(BRIDGE_PLATFORM, {"id": bridge_id}))
 
 
 def bridge_ids(tx: Tx) -> list[str]:
@@ -176,7 +176,7 @@ def insert_frame(
     return n == 1
 
 
-def frame_by_dedupe(tx: Tx, bridge_id: str, dedupe_key: str) -> tuple | None:
+def frame_by_dedupe(tx: Tx, bridge_id: str, dedupe_key: str) -> tuple[Any, ...] | None:
     """(inbox_id, codec, codec_version, payload) of the stored frame with this key."""
     return tx.one(FRAME_BY_DEDUPE, {"bridge_id": bridge_id, "dedupe_key": dedupe_key})
 
@@ -186,7 +186,7 @@ def unprocessed_after(tx: Tx, after_ms: int, after_id: str, limit: int) -> list[
     return tx.all(UNPROCESSED_AFTER, {"after_ms": after_ms, "after_id": after_id, "limit": limit})
 
 
-def load_unprocessed(tx: Tx, inbox_id: str) -> tuple | None:
+def load_unprocessed(tx: Tx, inbox_id: str) -> tuple[Any, ...] | None:
     """(bridge_id, codec, codec_version, received_at_ms, payload), or None once processed."""
     return tx.one(LOAD_UNPROCESSED, {"inbox_id": inbox_id})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .engine import Tx
 from .sql import Stmt
@@ -50,7 +50,7 @@ def links_of_bridge(tx: Tx, bridge_id: str) -> list[dict[str, Any]]:
     return tx.mappings(LINKS_OF_BRIDGE, {"bridge_id": bridge_id})
 
 
-def conversation_of_bridge(tx: Tx, conversation_id: str, bridge_id: str) -> tuple | None:
+def conversation_of_bridge(tx: Tx, conversation_id: str, bridge_id: str) -> tuple[Any, ...] | None:
     return tx.one(CONVERSATION_OF_BRIDGE, {"id": conversation_id, "bridge_id": bridge_id})
 
 
@@ -61,4 +61,4 @@ def sender_label(tx: Tx, identity_id: str | None) -> str:
     row = tx.one(SENDER_LABEL, {"id": identity_id})
     if row is None:
         return "unknown"
-    return row[0] or row[1]
+    return cast(str, row[0] or row[1])

@@ -9,7 +9,7 @@ PostgreSQL sequence can.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from .engine import Tx
 from .sql import Stmt
@@ -75,7 +75,7 @@ def insert_message(
     client_request_id: str,
 ) -> int | None:
     """Insert a message; the global ``seq``, or None when the client request id was used."""
-    return tx.scalar(
+    return cast("int | None", tx.scalar(
         INSERT_MESSAGE,
         {
             "id": id,
@@ -88,7 +88,7 @@ def insert_message(
             "text": text,
             "client_request_id": client_request_id,
         },
-    )
+    ))
 
 
 def by_client_request(tx: Tx, author: str, client_request_id: str) -> dict[str, Any] | None:

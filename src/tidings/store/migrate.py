@@ -15,7 +15,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -86,7 +86,7 @@ def _apply_one(store: Store, mig: Migration) -> bool:
         dbapi = conn.driver_connection
         now = store.clock.now_ms()
         if store.dialect == "sqlite":
-            return _apply_sqlite(dbapi, mig, now)
+            return _apply_sqlite(dbapi, mig, now)  # type: ignore[arg-type]
         return _apply_pg(dbapi, mig, now)
     finally:
         conn.close()
@@ -118,7 +118,7 @@ def _apply_sqlite(dbapi: sqlite3.Connection, mig: Migration, now: int) -> bool:
         raise
 
 
-def _apply_pg(dbapi, mig: Migration, now: int) -> bool:
+def _apply_pg(dbapi: Any, mig: Migration, now: int) -> bool:
     try:
         with dbapi.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK_KEY,))
@@ -151,7 +151,8 @@ def _check_drift(mig: Migration, stored: str) -> None:
 
 def _split_sql(script: str) -> list[str]:
     """Split a SQLite script on ``;`` at statement ends, honouring quotes and triggers."""
-    statements, buf = [], []
+    statements: list[str] = []
+    buf: list[str] = []
     for line in script.splitlines():
         stripped = line.strip()
         if stripped.startswith("--") and not buf:

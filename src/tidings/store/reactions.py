@@ -18,7 +18,7 @@ Two modes (spec §3.8):
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .engine import Tx
 from .sql import Stmt
@@ -160,7 +160,7 @@ def apply_delta(
 
 
 def fence(tx: Tx, message_id: str) -> int | None:
-    return tx.scalar(FENCE, {"message_id": message_id})
+    return cast("int | None", tx.scalar(FENCE, {"message_id": message_id}))
 
 
 def apply_snapshot(
@@ -181,7 +181,7 @@ def apply_snapshot(
     """
     if new_message:
         current_fence = None
-        current: dict[str, tuple] = {}
+        current: dict[str, tuple[Any, ...]] = {}
     else:
         current_fence = tx.scalar(FENCE, {"message_id": message_id})
         if current_fence is not None and source_seq_ms < current_fence:
@@ -251,7 +251,7 @@ def active_of_message(tx: Tx, message_id: str) -> list[dict[str, Any]]:
     return [_reaction(r) for r in tx.all(ACTIVE_OF_MESSAGE, {"message_id": message_id})]
 
 
-def _reaction(row: tuple) -> dict[str, Any]:
+def _reaction(row: tuple[Any, ...]) -> dict[str, Any]:
     _, emoji, reactor_key, identity_id, is_self, raw, name = row
     return {
         "emoji": emoji,

@@ -26,7 +26,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 DIALECTS = {
     "sqlite": sqlite_dialect.dialect(paramstyle="named"),
-    "postgresql": pg_dialect.psycopg.dialect(),
+    "postgresql": pg_dialect.psycopg.dialect(),  # type: ignore[no-untyped-call]
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from tidings.ingest.events import Event, IdentityRef, InvalidEvent, identity_ref, validate_event
 
@@ -74,7 +74,7 @@ class Decoder:
                 raise DecodeError(f"{self.codec}: decoded an invalid event: {exc}") from exc
         return events
 
-    def _decode(self, doc: dict) -> list[Event]:  # pragma: no cover - abstract
+    def _decode(self, doc: dict[str, Any]) -> list[Event]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def identity(self, raw: str, *, name: str = "", is_self: bool = False) -> IdentityRef:
@@ -98,7 +98,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_payload(payload: Any, codec: str) -> dict:
+def parse_payload(payload: Any, codec: str) -> dict[str, Any]:
     """The payload as a JSON object: a dict is used as is, a str is parsed."""
     if isinstance(payload, (bytes, bytearray)):
         try:
@@ -139,7 +139,7 @@ def int_value(codec: str, value: Any, where: str) -> int:
         raise DecodeError(f"{codec}: {where} must be an integer, got {_json_type(value)}")
     if not _INT_MIN <= value <= _INT_MAX:
         raise DecodeError(f"{codec}: {where} is out of the 64-bit range ({value})")
-    return value
+    return cast(int, value)
 
 
 def _json_type(value: Any) -> str:
@@ -163,7 +163,7 @@ class Reader:
 
     __slots__ = ("codec", "doc", "path")
 
-    def __init__(self, codec: str, doc: dict, path: str) -> None:
+    def __init__(self, codec: str, doc: dict[str, Any], path: str) -> None:
         self.codec = codec
         self.doc = doc
         self.path = path
@@ -191,7 +191,7 @@ class Reader:
             raise self.fail(key, "is missing")
         return found
 
-    def array(self, key: str) -> list:
+    def array(self, key: str) -> list[Any]:
         value = self.doc.get(key)
         if value is None:
             return []

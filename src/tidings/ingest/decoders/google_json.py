@@ -59,6 +59,8 @@ What becomes what
 
 from __future__ import annotations
 
+from typing import Any
+
 from tidings.ingest.decoders.base import Decoder, Reader
 from tidings.ingest.events import (
     ANON_PREFIX,
@@ -78,7 +80,7 @@ class GoogleJsonDecoder(Decoder):
     codec = "google.json"
     platform = "google"
 
-    def _decode(self, doc: dict) -> list[Event]:
+    def _decode(self, doc: dict[str, Any]) -> list[Event]:
         top = Reader(self.codec, doc, "payload")
         kind = top.text("kind")
         if kind == "conversation":
@@ -222,8 +224,8 @@ def _outgoing(m: Reader) -> bool:
     return value is not None and 1 <= value < 100
 
 
-def _attachment(media: Reader) -> dict:
-    out: dict = {"v": 1, "kind": "remote"}
+def _attachment(media: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {"v": 1, "kind": "remote"}
     media_id = media.text("mediaID").strip()
     key = media.text("decryptionKey")
     if not media_id:

@@ -85,6 +85,8 @@ What becomes what
 
 from __future__ import annotations
 
+from typing import Any
+
 from tidings.ingest.decoders.base import DecodeError, Decoder, Reader, int_value
 from tidings.ingest.events import (
     Event,
@@ -102,7 +104,7 @@ class SignalJsonRpcDecoder(Decoder):
     codec = "signal.jsonrpc"
     platform = "signal"
 
-    def _decode(self, doc: dict) -> list[Event]:
+    def _decode(self, doc: dict[str, Any]) -> list[Event]:
         top = Reader(self.codec, doc, "payload")
         inner = self._unwrap(top)
         env = inner.req_obj("envelope")
@@ -250,17 +252,17 @@ class _Frame:
             attachments=attachments,
         )]
 
-    def attachment(self, att: Reader) -> dict:
-        out: dict = {"v": 1, "kind": "remote"}
+    def attachment(self, att: Reader) -> dict[str, Any]:
+        out: dict[str, Any] = {"v": 1, "kind": "remote"}
         for key, name in (("id", "att_id"), ("contentType", "content_type"),
                           ("filename", "filename"), ("caption", "caption")):
             value = att.text(key)
             if value:
                 out[name] = value
         for key in ("size", "width", "height"):
-            value = att.integer(key)
-            if value is not None:
-                out[key] = value
+            number = att.integer(key)
+            if number is not None:
+                out[key] = number
         return out
 
     def reaction(self, data: Reader, reaction: Reader, sender: IdentityRef | None,

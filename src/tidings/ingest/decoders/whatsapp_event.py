@@ -80,6 +80,8 @@ What becomes what
 
 from __future__ import annotations
 
+from typing import Any
+
 from tidings.ingest.decoders.base import DecodeError, Decoder, Reader
 from tidings.ingest.events import (
     Event,
@@ -128,7 +130,7 @@ class WhatsAppEventDecoder(Decoder):
     codec = "whatsapp.event"
     platform = "whatsapp"
 
-    def _decode(self, doc: dict) -> list[Event]:
+    def _decode(self, doc: dict[str, Any]) -> list[Event]:
         top = Reader(self.codec, doc, "payload")
         kind = top.text("kind")
         if kind == "message":
@@ -321,12 +323,12 @@ def _text_of(content: Reader) -> str:
     return ""
 
 
-def _attachment(content: Reader) -> dict | None:
+def _attachment(content: Reader) -> dict[str, Any] | None:
     for key, media_type in _MEDIA:
         sub = content.obj(key)
         if sub is None:
             continue
-        out: dict = {"v": 1, "kind": "remote", "media_type": media_type}
+        out: dict[str, Any] = {"v": 1, "kind": "remote", "media_type": media_type}
         for field, name in (("mimetype", "mimetype"), ("directPath", "direct_path"),
                             ("fileSHA256", "file_sha256"), ("fileEncSHA256", "file_enc_sha256"),
                             ("mediaKey", "media_key"), ("fileName", "file_name")):
