@@ -1,22 +1,8 @@
-"""Bridge conversation reads (CONTRACT §2 Bridges).
+"""Bridge conversation routes: ``GET /api/v1/bridges/{id}/conversations`` and
+``GET /api/v1/conversations/{id}/messages`` (both keyset-paged with ``limit``,
+``before_ms`` and ``before_id``).
 
-* ``GET /api/v1/bridges/{id}/conversations[?limit=&before_ms=&before_id=]`` — the
-  bridge's conversations, most recent message first (``limit`` default 100, at most 1000;
-  ``before_ms`` keeps conversations whose last message is strictly older);
-* ``GET /api/v1/conversations/{id}/messages[?limit=&before_ms=&before_id=]`` — newest
-  first, ``limit`` default 100, at most 1000, ``before_ms`` strictly older; active
-  reactions only.
-
-Both answers add ``next_before_ms`` and ``next_before_id`` (None on the last page): passed
-back together they resume right after the last row shown, on ``(time, id)``, so rows that
-share a millisecond across a page boundary are neither skipped nor repeated (``before_ms``
-alone would skip the rest of the tie).
-
-Who may read: the admin, the bridge's owner, and agents whose owner is the bridge's owner.
-Everyone else (other humans, other agents, bridge tokens) gets 404, exactly as for an
-unknown id, so nothing leaks about what exists.
-
-The access rule, the shapes and the paging are ``bridges/conversations.py``; this
+Who may read, the shapes and the paging rules are ``bridges/conversations.py``; this
 module keeps only the routes.
 """
 
