@@ -567,3 +567,11 @@ add("transient.pg_serialization_is_deterministic", ENGINE,
     t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
     backend="postgres",
     why="a PostgreSQL serialization failure classified as deterministic: the frame is quarantined")
+
+# == the one failure path of delivery (D85) ====================================================
+LINK = "src/tidings/delivery/link.py"
+add("failure.no_resweep_request", LINK,
+    "        if resweep:\n            self.resweep_live = True\n",
+    "        if resweep:\n            pass\n",
+    t(DREC, "test_a_failed_start_sweep_is_swept_again_at_the_next_periodic_scan"),
+    why="a failed session edge is never swept again while the session lives")

@@ -8,6 +8,7 @@ from delivery_world import World, general_channel
 from tidings.delivery import consumer as consumer_mod
 from tidings.store import delivery as delivery_store
 from tidings.store import owed as owed_store
+from tidings.store import sweep as sweep_store
 
 
 def setup(world, *agents, subscribed=(), live=()):
@@ -257,3 +258,28 @@ def test_the_start_scan_runs_before_the_replay_is_drained(world):
     assert world.owed(ids["gap"]) == [m]
     assert fresh.status()["owed_recorded"] == 1 and fresh.status()["scan_recovered"] == 1
     fresh.stop()
+
+
+def test_a_failed_start_sweep_is_swept_again_at_the_next_periodic_scan(world, monkeypatch):
+    # A session edge that fails (here: its start sweep cannot read the cursors) asks for a
+    # resweep of every live session; the next periodic scan runs it even though the scan
+    # itself recovers nothing (D85: the one failure path sets the request).
+    hu, ch, ids = setup(world, "sub", subscribed=("sub",))
+    m = world.post(hu, ch, "before the session")
+    world.pump()
+    real = sweep_store.sweep_cursors
+    calls = {"n": 0}
+
+    def flaky(tx, agent_id):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: the start sweep fails")
+        return real(tx, agent_id)
+
+    monkeypatch.setattr(sweep_store, "sweep_cursors", flaky)
+    world.connect(ids["sub"])
+    world.pump()
+    assert world.got(ids["sub"]) == []
+    world.clock.advance(30_000)
+    world.pump()
+    assert world.got(ids["sub"]) == [("deliver", m)]

@@ -75,7 +75,7 @@ from .apply import (
     busy_error,
     cause_of,
 )
-from .backoff import RETRY_BASE_MS, RETRY_MAX_MS, TRANSIENT_SLEEPS_MS, RetrySchedule
+from .backoff import ATTEMPTS, RETRY_BASE_MS, RETRY_MAX_MS, TRANSIENT_SLEEPS_MS, RetrySchedule
 from .counters import BridgeCounters
 from .grouping import process_group
 from .on_append import AppendApplier
@@ -256,7 +256,7 @@ class Worker:
     def _attempt(self, fn: Callable[[], Any], *, first_try: int = 0,
                  on_retry: Callable[[BaseException], None] | None = None) -> Any:
         """``store.retry.attempt`` on this worker's connection, with its sleeps."""
-        return attempt(fn, conn=self._conn, sleep=self.sleep, sleeps_ms=TRANSIENT_SLEEPS_MS,
+        return attempt(fn, conn=self._conn, sleep=self.sleep, tries=ATTEMPTS, sleeps_ms=TRANSIENT_SLEEPS_MS,
                        first_try=first_try, on_retry=on_retry)
 
     def bridge_platform(self, tx: Tx, bridge_id: str) -> str | None:

@@ -1,6 +1,6 @@
 """The transient-retry loop and reconnect-after-error, each written once.
 
-``attempt(fn, ...)`` runs ``fn`` until it succeeds, at most ``len(sleeps_ms) + 1`` tries:
+``attempt(fn, ...)`` runs ``fn`` until it succeeds, at most ``tries`` times:
 a transient database error (``is_transient``, THE classification) replaces a broken
 connection and sleeps the next delay before trying again; any other error propagates at
 once; after the last try ``TransientExhausted`` carries the last error. The ingest worker
@@ -48,13 +48,14 @@ def attempt(
     *,
     conn: Dedicated | None,
     sleep: Callable[[float], None],
+    tries: int,
     sleeps_ms: Sequence[int],
     first_try: int = 0,
     on_retry: Callable[[BaseException], None] | None = None,
 ) -> T:
     """Run ``fn`` with transient retries (see the module docstring). ``on_retry`` is told
-    of each transient error that another try follows."""
-    tries = len(sleeps_ms) + 1
+    of each transient error that another try follows. ``sleeps_ms[n - 1]`` is slept before
+    try ``n`` (so it holds at least ``tries - 1`` delays)."""
     last: BaseException | None = None
     for n in range(first_try, tries):
         if n:
