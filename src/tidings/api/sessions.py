@@ -68,7 +68,7 @@ async def open_session(request: Request) -> StreamingResponse:
 
 @router.post("/api/v1/ack")
 def ack(request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.agent_caller)):
-    return deps.runtime(request).delivery.ack(who.account_id, body.get("message_id"))
+    return deps.runtime(request).delivery.ack(who.account_id, body.get("message_id"), body.get("ask_id"))
 
 
 @router.post("/api/v1/session/{session_id}/state")

@@ -89,19 +89,23 @@ from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
-from ..hub.events import MessagePosted
+from ..hub.events import AskAnswered, MessagePosted, PinsChanged
 from ..store import cursors as cursors_store
 from ..store import delivery as delivery_store
 from ..store.delivery import ChannelAgent
 from ..store.engine import Dedicated, Store
+from . import asks as answer_delivery
+from . import pins as pin_sweep
 from .mentions import mention_handles, resolve_mentioned
 from .sessions import (
     OFFER_CLOSED,
     OFFER_FULL,
     OFFER_OK,
+    PHASE_ANSWERS,
     PHASE_CURSOR,
     PHASE_LIVE,
     PHASE_OWED,
+    PHASE_PINS,
     Dispatch,
     Session,
     coalesced_wakes,
@@ -454,8 +458,21 @@ class Consumer:
                         error=repr(exc),
                     )
                     self._recover_db()
+            elif isinstance(payload, (PinsChanged, AskAnswered)):
+                self._on_issue16_event(payload)
             if event.seq > self._handled_seq:
                 self._handled_seq = event.seq
+
+    def _on_issue16_event(self, payload: PinsChanged | AskAnswered) -> None:
+        """A pin change (live ``pin`` notices) or an answered ask (the asker's answer)."""
+        try:
+            if isinstance(payload, PinsChanged):
+                pin_sweep.on_pins_changed(self, payload)
+            else:
+                answer_delivery.on_answered(self, payload)
+        except Exception as exc:  # noqa: BLE001 - the recovery scan dispatches answers
+            log.error("pin or answer event not processed", event=repr(payload), error=repr(exc))
+            self._recover_db()
 
     # ======================================================================================
     # Posted messages: the author split, hold, fan-out, the mention pass
@@ -683,6 +700,7 @@ class Consumer:
         session.phase = PHASE_CURSOR
         session.floors = {}
         session.owed_after = ("", 0)
+        pin_sweep.begin(self, session)
         self._sweep(session)
 
     def _end(self, session: Session, reason: str) -> None:
@@ -732,9 +750,19 @@ class Consumer:
             if not self._cursor_page(session):
                 session.want_refill()
                 return
+            session.phase = PHASE_PINS
+        if session.phase == PHASE_PINS:
+            if not pin_sweep.sweep_pins(self, session):
+                session.want_refill()
+                return
             session.phase = PHASE_OWED
         if session.phase == PHASE_OWED:
             if not self._owed_page(session):
+                session.want_refill()
+                return
+            session.phase = PHASE_ANSWERS
+        if session.phase == PHASE_ANSWERS:
+            if not answer_delivery.sweep_answers(self, session):
                 session.want_refill()
                 return
             session.phase = PHASE_LIVE
@@ -757,7 +785,7 @@ class Consumer:
                 for row in rows:
                     seq = row["channel_seq"]
                     if seq not in cur.above and row["deleted_at_ms"] is None:
-                        outcome = session.offer(Dispatch("deliver", public_message(row), channel_id))
+                        outcome = pin_sweep.offer_swept(session, public_message(row), channel_id)
                         if outcome != OFFER_OK:
                             self.counters.incr("dispatch_refused")
                             return outcome == OFFER_CLOSED
@@ -891,9 +919,18 @@ class Consumer:
             if len(rows) < batch:
                 break
         self.counters.incr("scan_recovered", marked)
+        self._scan_answers()
         if marked or skipped:
             log.info("recovery scan done", marked=marked, skipped_held=skipped)
         return marked
+
+    def _scan_answers(self) -> None:
+        try:
+            answer_delivery.scan_undispatched(self)
+        except Exception as exc:  # noqa: BLE001 - the next scan tries again
+            self.counters.incr("scan_failures")
+            log.error("recovery scan: answers not dispatched", error=repr(exc))
+            self._recover_db()
 
     def _scan_due(self) -> bool:
         return self._next_scan_at is not None and self.clock.now_ms() >= self._next_scan_at

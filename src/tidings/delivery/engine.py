@@ -31,6 +31,7 @@ import structlog
 
 from ..counters import Counters
 from ..errors import BadRequest, NotFound
+from ..hub import asks as asks_hub
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
@@ -64,6 +65,12 @@ COUNTERS = (
     "overruns_handled",
     "sessions_started",
     "sessions_ended",
+    "pins_delivered",
+    "pin_notices",
+    "answers_sent",
+    "answer_wakes",
+    "answers_recovered",
+    "answers_acked",
 )
 
 STATES = ("working", "ready", "stopped")
@@ -193,7 +200,11 @@ class Delivery:
             raise NotFound("unknown session", code="unknown_session")
         self.consumer.submit("state", session, state)
 
-    def ack(self, agent_id: str, message_id: Any) -> dict[str, Any]:
+    def ack(self, agent_id: str, message_id: Any, ask_id: Any = None) -> dict[str, Any]:
+        if ask_id is not None:  # an owed answer (hub/asks.py), not a message
+            result = asks_hub.ack_answer(self.store, agent_id, message_id, ask_id)
+            self.counters.incr("answers_acked", int(result["answer_cleared"]))
+            return result
         if not isinstance(message_id, str) or not message_id:
             raise BadRequest("message_id (a string) is required", code="bad_message_id")
         with self.store.write() as tx:

@@ -44,6 +44,10 @@ PHASE_NEW = "new"
 PHASE_CURSOR = "cursor"
 PHASE_OWED = "owed"
 PHASE_LIVE = "live"
+#: Start-sweep steps of issue 16: pins after the cursors, owed answers after the owed
+#: mentions (delivery/pins.py, delivery/asks.py).
+PHASE_PINS = "pins"
+PHASE_ANSWERS = "answers"
 
 
 _deferred = threading.local()
@@ -93,13 +97,17 @@ class Dispatch:
     kind: str  # "deliver" | "steer"
     message: dict[str, Any]  # hub.channels.public_message(row)
     channel_id: str
+    pinned: bool = False  # a pin of the start sweep (delivery/pins.py)
 
     @property
     def message_id(self) -> str:
         return self.message["id"]
 
     def payload(self) -> dict[str, Any]:
-        return {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
+        out = {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
+        if self.pinned:
+            out["pinned"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,7 @@ class Session:
         "phase",
         "floors",
         "owed_after",
+        "extras",
     )
 
     def __init__(
@@ -157,6 +166,7 @@ class Session:
         self.phase = PHASE_NEW
         self.floors: dict[str, int] = {}
         self.owed_after: tuple[str, int] = ("", 0)
+        self.extras: dict[str, Any] = {}  # per-session state of the pin and answer sweeps
 
     def __repr__(self) -> str:
         return f"<Session {self.session_id} agent={self.agent_id} queued={len(self._items)} phase={self.phase}>"

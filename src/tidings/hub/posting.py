@@ -20,6 +20,7 @@ from ..ids import new_id
 from ..store import channels as channels_store
 from ..store import messages as messages_store
 from ..store.engine import Store, Tx
+from .asks import block_text, normalize_ask_block
 from .events import MessagePosted, MessageUpdated
 
 DEFAULT_TOPIC = "general"
@@ -32,8 +33,8 @@ class _Duplicate(Exception):
     """Raised inside the post transaction to roll back a lost idempotency race."""
 
 
-def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, str]], str]:
-    """Blocks as stored, and their text: text blocks joined by newlines.
+def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, Any]], str]:
+    """Blocks as stored, and their text: text blocks (and ask questions) joined by newlines.
 
     Either ``text`` (one text block) or ``blocks`` may be given, not both; a message must
     carry some text.
@@ -48,12 +49,15 @@ def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, str]], str]
         raise BadRequest(f"blocks must be a list of 1 to {MAX_BLOCKS} blocks", code="bad_blocks")
     clean = []
     for block in blocks:
+        if isinstance(block, dict) and block.get("kind") == "ask":
+            clean.append(normalize_ask_block(block))  # hub/asks.py: validated, ask_id assigned
+            continue
         if not isinstance(block, dict) or block.get("kind") != "text" or not isinstance(block.get("text"), str):
-            raise BadRequest('each block must be {"kind": "text", "text": str}', code="bad_blocks")
+            raise BadRequest('each block must be {"kind": "text", "text": str} or {"kind": "ask", "ask": {...}}', code="bad_blocks")
         if set(block) - {"kind", "text"}:
             raise BadRequest("text blocks have only kind and text", code="bad_blocks")
         clean.append({"kind": "text", "text": block["text"]})
-    joined = "\n".join(b["text"] for b in clean)
+    joined = "\n".join(block_text(b) for b in clean)
     if not joined.strip():
         raise BadRequest("a message needs some text", code="empty_message")
     return clean, joined

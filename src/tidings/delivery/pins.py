@@ -1,0 +1,126 @@
+"""The pin sweep and live pin notices (consumer-thread code, called from ``consumer.py``).
+
+At every session start, after the cursor sweep and before the owed mentions, the agent
+gets the pins of each of its sweep-set channels as ``deliver`` with ``"pinned": true``,
+channel by channel (channel id order), each channel's pins in position order, whatever
+its cursors say: pins are a channel's standing instructions.
+
+Stricter than the reference (which sends a message that is both owed by the cursor and
+pinned twice): the pins are read when the session starts (``begin``), before its cursor
+sweep, so a pinned message the cursor sweep delivers goes out once, in its cursor place,
+already flagged ``pinned`` (``offer_swept``), and the pin step skips it. A pin of a deleted
+message is not sent. A catch-up or overrun re-sweep re-runs the cursors only: pins still
+pending (the queue filled during the pin step) are sent, sent ones never again.
+
+Pinning or unpinning while a session is live sends it a ``pin`` notice (not a
+``deliver``: a live post of a pinned message is still delivered exactly once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..hub.channels import public_message
+from ..hub.events import PinsChanged
+from ..store import delivery as delivery_store
+from ..store import pins as pins_store
+from .sessions import OFFER_CLOSED, OFFER_OK, Dispatch, Session
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
+
+log = structlog.get_logger("tidings.delivery")
+
+#: Fault point: the start's read of the pins fails (the session starts without its pins).
+PIN_READ_FAULT = "delivery.pin_read_error"
+
+_PENDING = "pins"  # session.extras key: {message_id: channel_id}, in send order
+
+
+@dataclass(frozen=True, slots=True)
+class PinNotice:
+    """A live ``pin`` event: ``message_id`` was pinned (with the message) or unpinned."""
+
+    channel_id: str
+    message_id: str
+    pinned: bool
+    message: dict[str, Any] | None
+
+    kind = "pin"
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "pin", "channel_id": self.channel_id, "message_id": self.message_id,
+                               "pinned": self.pinned}
+        if self.message is not None:
+            out["message"] = self.message
+        return out
+
+
+def begin(consumer: "Consumer", session: Session) -> None:
+    """Read the pins this start owes the session (before its cursor sweep runs)."""
+    assert consumer._db is not None
+    pending: dict[str, str] = {}
+    try:
+        if consumer.faults.fire(PIN_READ_FAULT):
+            raise RuntimeError("fault: delivery.pin_read_error")
+        with consumer._db.read() as tx:
+            for channel_id in delivery_store.sweep_channels(tx, session.agent_id):
+                for pin in pins_store.pins_of(tx, channel_id):
+                    pending[pin["message_id"]] = channel_id
+    except Exception as exc:  # noqa: BLE001 - the session starts without its pins
+        log.error("pins not read at session start", session_id=session.session_id, error=repr(exc))
+        consumer._recover_db()
+    session.extras[_PENDING] = pending
+
+
+def offer_swept(session: Session, message: dict[str, Any], channel_id: str) -> str:
+    """The cursor sweep's deliver: flagged ``pinned`` when this start still owes it as a
+    pin, which it then no longer does."""
+    pending: dict[str, str] = session.extras.get(_PENDING) or {}
+    pinned = message["id"] in pending
+    outcome = session.offer(Dispatch("deliver", message, channel_id, pinned=pinned))
+    if pinned and outcome == OFFER_OK:
+        del pending[message["id"]]
+    return outcome
+
+
+def sweep_pins(consumer: "Consumer", session: Session) -> bool:
+    """Deliver the pins this start still owes; False when the queue filled first."""
+    assert consumer._db is not None
+    pending: dict[str, str] = session.extras.get(_PENDING) or {}
+    if not pending:
+        return True
+    with consumer._db.read() as tx:
+        rows = delivery_store.messages_by_ids(tx, list(pending))
+    for message_id, channel_id in list(pending.items()):
+        row = rows.get(message_id)
+        if row is None or row["deleted_at_ms"] is not None:
+            del pending[message_id]
+            continue
+        outcome = session.offer(Dispatch("deliver", public_message(row), channel_id, pinned=True))
+        if outcome != OFFER_OK:
+            consumer.counters.incr("dispatch_refused")
+            return outcome == OFFER_CLOSED
+        consumer.counters.incr("pins_delivered")
+        del pending[message_id]
+    return True
+
+
+def on_pins_changed(consumer: "Consumer", event: PinsChanged) -> None:
+    """Tell every live agent that follows the channel about a pin change."""
+    assert consumer._db is not None
+    with consumer._db.autocommit_read() as tx:
+        agents = delivery_store.channel_agents(tx, event.channel_id)
+        row = delivery_store.messages_by_ids(tx, [event.message_id]).get(event.message_id) if event.pinned else None
+    message = public_message(row) if row is not None else None
+    for agent in agents:
+        session = consumer.live.get(agent.id)
+        if session is None or not agent.in_sweep:
+            continue
+        if session.offer(PinNotice(event.channel_id, event.message_id, event.pinned, message)) == OFFER_OK:
+            consumer.counters.incr("pin_notices")
+        else:
+            consumer.counters.incr("dispatch_refused")

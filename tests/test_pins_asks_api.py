@@ -1,0 +1,192 @@
+"""Channel pins and ask blocks over HTTP (issue 16), both backends: limits, permissions,
+the answer's exactly-once rule, and a clear 4xx in the one envelope for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidings.hub.events import AskAnswered, PinsChanged
+
+from helpers import auth, create_account, create_channel, post_text
+
+ADMIN = "tdg_test_admin"
+
+
+def error_of(r) -> str:
+    body = r.json()
+    assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]), body
+    return body["error"]["code"]
+
+
+@pytest.fixture
+def scene(client):
+    """owner ``olga`` (channel owner), member ``mia``, agent ``bot`` (member), outsider ``otto``."""
+    olga = create_account(client, "human", "olga", admin_token=ADMIN)
+    mia = create_account(client, "human", "mia", admin_token=ADMIN)
+    otto = create_account(client, "human", "otto", admin_token=ADMIN)
+    bot = create_account(client, "agent", "bot", admin_token=ADMIN, owner=olga["id"])
+    ch = create_channel(client, olga["token"], "ops", members=[mia["id"], bot["id"]])
+    return {"olga": olga, "mia": mia, "otto": otto, "bot": bot, "ch": ch}
+
+
+def _events(sub, kind):
+    """Every payload of type ``kind`` the subscription saw (its replay, then live)."""
+    got = [e.payload for e in sub.replay]
+    while (e := sub.get_nowait()) is not None:
+        got.append(e.payload)
+    return [p for p in got if isinstance(p, kind)]
+
+
+def _pin(client, token, ch, mid):
+    return client.post(f"/api/v1/channels/{ch}/pins/{mid}", headers=auth(token))
+
+
+def test_pins_are_ordered_at_most_five_and_the_sixth_is_a_clear_409(client, scene):
+    s = scene
+    ids = [post_text(client, s["mia"]["token"], s["ch"], f"rule {i}")["id"] for i in range(6)]
+    for mid in reversed(ids[:5]):
+        r = _pin(client, s["olga"]["token"], s["ch"], mid)
+        assert r.status_code == 200 and r.json()["created"] is True, r.text
+    r = _pin(client, s["olga"]["token"], s["ch"], ids[5])
+    assert r.status_code == 409 and error_of(r) == "too_many_pins"
+    r = client.get(f"/api/v1/channels/{s['ch']}/pins", headers=auth(s["mia"]["token"]))
+    assert r.status_code == 200
+    pins = r.json()["pins"]
+    assert [p["message_id"] for p in pins] == list(reversed(ids[:5]))  # pin order = position order
+    assert [p["position"] for p in pins] == sorted(p["position"] for p in pins)
+    assert pins[0]["message"]["text"] == "rule 4" and pins[0]["pinned_by"] == s["olga"]["id"]
+    # pinning again is a no-op; unpinning frees a place, and a new pin goes last
+    r = _pin(client, s["olga"]["token"], s["ch"], ids[0])
+    assert r.status_code == 200 and r.json()["created"] is False
+    r = client.delete(f"/api/v1/channels/{s['ch']}/pins/{ids[2]}", headers=auth(s["olga"]["token"]))
+    assert r.status_code == 200 and r.json()["removed"] is True
+    r = client.delete(f"/api/v1/channels/{s['ch']}/pins/{ids[2]}", headers=auth(s["olga"]["token"]))
+    assert r.status_code == 200 and r.json()["removed"] is False
+    r = _pin(client, s["olga"]["token"], s["ch"], ids[5])
+    assert r.status_code == 200
+    assert [p["message_id"] for p in r.json()["pins"]] == [ids[4], ids[3], ids[1], ids[0], ids[5]]
+
+
+def test_members_read_pins_only_the_owner_and_the_admin_change_them(client, scene):
+    s = scene
+    mid = post_text(client, s["mia"]["token"], s["ch"], "standing order")["id"]
+    r = _pin(client, s["mia"]["token"], s["ch"], mid)
+    assert r.status_code == 403 and error_of(r) == "not_channel_owner"
+    r = _pin(client, s["bot"]["token"], s["ch"], mid)
+    assert r.status_code == 403 and error_of(r) == "not_channel_owner"
+    r = _pin(client, s["otto"]["token"], s["ch"], mid)
+    assert r.status_code == 404 and error_of(r) == "unknown_channel"
+    r = client.get(f"/api/v1/channels/{s['ch']}/pins", headers=auth(s["otto"]["token"]))
+    assert r.status_code == 404
+    r = _pin(client, ADMIN, s["ch"], mid)
+    assert r.status_code == 200 and r.json()["pins"][0]["message_id"] == mid
+    r = client.delete(f"/api/v1/channels/{s['ch']}/pins/{mid}", headers=auth(s["mia"]["token"]))
+    assert r.status_code == 403
+    for token in (s["mia"]["token"], s["bot"]["token"], ADMIN):
+        r = client.get(f"/api/v1/channels/{s['ch']}/pins", headers=auth(token))
+        assert r.status_code == 200 and [p["message_id"] for p in r.json()["pins"]] == [mid]
+    r = client.delete(f"/api/v1/channels/{s['ch']}/pins/{mid}", headers=auth(s["olga"]["token"]))
+    assert r.status_code == 200 and r.json()["pins"] == []
+
+
+def test_a_pin_of_an_unknown_or_foreign_message_is_a_404_and_changes_publish(client, scene, runtime):
+    s = scene
+    other = create_channel(client, s["mia"]["token"], "elsewhere")
+    foreign = post_text(client, s["mia"]["token"], other, "not here")["id"]
+    for mid in ("msg_nope", foreign):
+        r = _pin(client, s["olga"]["token"], s["ch"], mid)
+        assert r.status_code == 404 and error_of(r) == "unknown_message"
+    mid = post_text(client, s["mia"]["token"], s["ch"], "pin me")["id"]
+    sub = runtime.bus.subscribe(0)
+    _pin(client, s["olga"]["token"], s["ch"], mid)
+    _pin(client, s["olga"]["token"], s["ch"], mid)  # a no-op publishes nothing
+    client.delete(f"/api/v1/channels/{s['ch']}/pins/{mid}", headers=auth(s["olga"]["token"]))
+    assert _events(sub, PinsChanged) == [PinsChanged(s["ch"], mid, True), PinsChanged(s["ch"], mid, False)]
+
+
+ASK = {"kind": "ask", "ask": {"questions": [
+    {"id": "go", "text": "Deploy to prod?", "options": ["yes", "no"]},
+    {"id": "why", "text": "Anything to tell @mia first?"},
+], "answered": False}}
+
+
+def _post_ask(client, token, ch, blocks=None):
+    r = client.post(f"/api/v1/channels/{ch}/messages", json={"blocks": blocks or [
+        {"kind": "text", "text": "Before I ship:"}, ASK]}, headers=auth(token))
+    assert r.status_code == 201, r.text
+    return r.json()["message"]
+
+
+def test_an_ask_block_gets_an_id_and_its_questions_join_the_text(client, scene):
+    msg = _post_ask(client, scene["bot"]["token"], scene["ch"])
+    ask = msg["blocks"][1]["ask"]
+    assert ask["ask_id"].startswith("ask_") and ask["answered"] is False
+    assert ask["questions"][0] == {"id": "go", "text": "Deploy to prod?", "options": ["yes", "no"]}
+    assert msg["text"] == "Before I ship:\nDeploy to prod?\nAnything to tell @mia first?"
+
+
+@pytest.mark.parametrize("bad", [
+    {"kind": "ask"},
+    {"kind": "ask", "ask": {"questions": []}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": "x"}], "answered": True}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": "x"}], "ask_id": "ask_mine"}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": "x", "options": []}]}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": " "}]}},
+    {"kind": "ask", "ask": {"questions": [{"id": "a", "text": "x", "options": ["y", "y"]}]}},
+    {"kind": "ask", "ask": {"questions": ["a"]}},
+])
+def test_a_malformed_ask_block_is_a_400_and_posts_nothing(client, scene, bad):
+    r = client.post(f"/api/v1/channels/{scene['ch']}/messages", json={"blocks": [bad]},
+                    headers=auth(scene["bot"]["token"]))
+    assert r.status_code == 400 and error_of(r) == "bad_blocks", r.text
+    r = client.get(f"/api/v1/channels/{scene['ch']}/messages", headers=auth(scene["mia"]["token"]))
+    assert r.json()["messages"] == []
+
+
+def _answer(client, token, mid, ask_id, answers):
+    return client.post(f"/api/v1/messages/{mid}/asks/{ask_id}/answer", json={"answers": answers},
+                       headers=auth(token))
+
+
+def test_any_member_but_the_asker_answers_exactly_once_then_409(client, scene, runtime):
+    s = scene
+    msg = _post_ask(client, s["bot"]["token"], s["ch"])
+    ask_id = msg["blocks"][1]["ask"]["ask_id"]
+    good = {"go": "yes", "why": "all clear"}
+    r = _answer(client, s["bot"]["token"], msg["id"], ask_id, good)
+    assert r.status_code == 403 and error_of(r) == "own_ask"
+    r = _answer(client, s["otto"]["token"], msg["id"], ask_id, good)
+    assert r.status_code == 404
+    sub = runtime.bus.subscribe(0)
+    clock_now = runtime.clock.now_ms()
+    r = _answer(client, s["mia"]["token"], msg["id"], ask_id, good)
+    assert r.status_code == 200, r.text
+    ask = r.json()["ask"]
+    assert ask["answered"] is True and ask["answered_by"] == s["mia"]["id"] and ask["answered_at_ms"] == clock_now
+    assert ask["answers"] == good
+    assert _events(sub, AskAnswered) == [AskAnswered(msg["id"], s["ch"], ask_id, s["bot"]["id"])]
+    r = _answer(client, s["olga"]["token"], msg["id"], ask_id, {"go": "no", "why": "wait"})
+    assert r.status_code == 409 and error_of(r) == "already_answered"
+    r = client.get(f"/api/v1/messages/{msg['id']}", headers=auth(s["olga"]["token"]))
+    stored = r.json()["message"]
+    assert stored["blocks"][1]["ask"]["answers"] == good and "edited_at_ms" not in stored
+
+
+@pytest.mark.parametrize("answers,code", [
+    ({"go": "maybe", "why": "x"}, "bad_answers"),
+    ({"go": "yes"}, "bad_answers"),
+    ({"go": "yes", "why": "x", "extra": "y"}, "bad_answers"),
+    ({"go": "yes", "why": ""}, "bad_answers"),
+    (["yes"], "bad_answers"),
+])
+def test_a_bad_answer_is_a_400_and_leaves_the_ask_open(client, scene, answers, code):
+    s = scene
+    msg = _post_ask(client, s["bot"]["token"], s["ch"])
+    ask_id = msg["blocks"][1]["ask"]["ask_id"]
+    r = _answer(client, s["mia"]["token"], msg["id"], ask_id, answers)
+    assert r.status_code == 400 and error_of(r) == code
+    r = _answer(client, s["mia"]["token"], msg["id"], "ask_unknown", {"go": "yes", "why": "x"})
+    assert r.status_code == 404 and error_of(r) == "unknown_ask"
+    r = _answer(client, s["mia"]["token"], msg["id"], ask_id, {"go": "no", "why": "later"})
+    assert r.status_code == 200
