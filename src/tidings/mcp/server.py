@@ -60,6 +60,10 @@ TOOL_NAMES = (
     "list_conversations",
     "get_conversation_messages",
     "search_messages",
+    "list_pins",  # mcp/pins_asks.py
+    "pin_message",
+    "ask_people",
+    "answer_ask",
 )
 
 UNTRUSTED_WARNING = (
@@ -161,11 +165,15 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                           open_world_hint=False))
     @_domain_errors
-    def ack(message_id: str, ctx: Context) -> dict[str, Any]:
+    def ack(
+        message_id: str,
+        ctx: Context,
+        ask_id: Annotated[str | None, Field(description="Ack the answer to this ask of yours instead.")] = None,
+    ) -> dict[str, Any]:
         """Acknowledge a message you handled: clears an owed mention and advances your
-        cursor. Idempotent."""
+        cursor. With ``ask_id``: clears the owed answer to your ask. Idempotent."""
         who = agent(ctx)
-        return _delivery(runtime).ack(who.account_id, message_id)
+        return _delivery(runtime).ack(who.account_id, message_id, ask_id)
 
     @mcp.tool(annotations=_READ_ONLY)
     @_domain_errors
@@ -271,6 +279,9 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
             }
         )
 
+    from . import pins_asks
+
+    pins_asks.register(mcp, runtime, agent)
     return mcp
 
 
