@@ -15,6 +15,8 @@ Routes:
     "bus_seq"}`` -- a message was posted or changed in a channel the caller can see *at that
     moment* (the same rule as every read: ``hub.channels.visible_channel``). The message is
     read from the store, never taken from the bus event;
+  - ``pins`` ``{"channel_id", "message_id", "pinned", "bus_seq"}`` -- a visible channel's
+    pins changed (the page re-reads them);
   - ``resync`` ``{"reason": "lagged"}`` -- the bus overran this stream: events were missed;
   - ``tick`` ``{"at_ms", "bus_head_seq"}`` every ``tick_ms`` (2 s by default): re-read the
     panels (agents, bridges, status) and any message a lost publish left out.
@@ -46,7 +48,7 @@ from ..bus import Bus, BufferUnderflow, Stamped, Subscription
 from ..errors import NotFound
 from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
-from ..hub.events import MessagePosted, MessageUpdated
+from ..hub.events import MessagePosted, MessageUpdated, PinsChanged
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
@@ -148,7 +150,7 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
         seen: dict[str, bool] = {}
         for stamped in batch:
             event = stamped.payload
-            if not isinstance(event, (MessagePosted, MessageUpdated)):
+            if not isinstance(event, (MessagePosted, MessageUpdated, PinsChanged)):
                 continue
             channel_id = event.channel_id
             if channel_id not in seen:
@@ -158,6 +160,10 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
                 except NotFound:
                     seen[channel_id] = False
             if not seen[channel_id]:
+                continue
+            if isinstance(event, PinsChanged):  # the page re-reads the channel's pins
+                out.append({"page_event": "pins", "channel_id": channel_id, "message_id": event.message_id,
+                            "pinned": event.pinned, "bus_seq": stamped.seq})
                 continue
             row = messages_store.message(tx, event.message_id)
             if row is None:
@@ -216,7 +222,7 @@ async def _stream(rt: Any, who: Principal, tick_s: float) -> AsyncIterator[str]:
                         batch.append(more)
             if batch:
                 for payload in await run_in_threadpool(visible_events, rt.store, who, batch):
-                    yield _event("message", payload)
+                    yield _event(payload.pop("page_event", "message"), payload)
             if loop.time() >= next_tick:
                 yield _event("tick", {"at_ms": rt.clock.now_ms(), "bus_head_seq": bus.head_seq})
                 next_tick = loop.time() + tick_s

@@ -336,7 +336,7 @@
       renderHeader();
       $("composer-note").textContent = "";
     }
-    await Promise.all([catchUp(id), loadMembers(id)]);
+    await Promise.all([catchUp(id), loadMembers(id), loadPins(id)]);
     scrollToBottom(true);
   }
 
@@ -465,7 +465,7 @@
     avatar.style.backgroundColor = `hsl(${hue(handle || m.author_account_id)} 55% 46%)`;
     const body = m.deleted
       ? el("div", { class: "text deleted" }, "message deleted")
-      : el("div", { class: "text" }, textWithMentions(m.text || ""));
+      : messageBody(m); // pins and asks: see "pins and ask blocks" below
     return el("li", { class: "msg", dataset: { id: m.id, seq: m.seq, author: m.author_account_id, at: m.at_unix_ms } },
       avatar,
       el("div", { class: "msg-main" },
@@ -474,7 +474,8 @@
           el("span", { class: "kind", dataset: { author: m.author_account_id }, hidden: !label }, label),
           el("time", { class: "at", datetime: new Date(m.at_unix_ms).toISOString(), title: new Date(m.at_unix_ms).toLocaleString() },
             fmtTime(m.at_unix_ms)),
-          m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null),
+          m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null,
+          pinButton(m)),
         body));
   }
 
@@ -772,6 +773,9 @@
       case "message":
         onMessageEvent(payload);
         break;
+      case "pins":
+        onPinsEvent(payload);
+        break;
       case "resync":
         setConn("live", "live · resynced");
         refresh("full");
@@ -783,6 +787,129 @@
       default:
         break;
     }
+  }
+
+  // -- pins and ask blocks (issue 16) -------------------------------------------------------------
+  // The selected channel's pins sit above its messages; its owner and the admin get a Pin /
+  // Unpin button on each message. An ask block is a small form (a choice per question with
+  // options, else a text field); once answered it shows who answered and what.
+  state.pins = []; // message ids pinned in the selected channel, in position order
+
+  function mayChangePins() {
+    const ch = state.channels.get(state.selected);
+    const myId = state.me && state.me.account ? state.me.account.id : null;
+    return Boolean(ch) && (state.isAdmin || (myId !== null && ch.owner_account_id === myId));
+  }
+
+  async function loadPins(id) {
+    const gen = state.epoch;
+    let data;
+    try {
+      data = await api(`/api/v1/channels/${encodeURIComponent(id)}/pins`);
+    } catch (err) {
+      return;
+    }
+    if (gen !== state.epoch || id !== state.selected) return;
+    renderPins(data.pins);
+  }
+
+  function renderPins(pins) {
+    state.pins = pins.map((p) => p.message_id);
+    const bar = $("pins");
+    clear(bar);
+    bar.hidden = pins.length === 0;
+    for (const p of pins) {
+      const text = p.message.deleted ? "message deleted" : p.message.text;
+      bar.append(el("div", { class: "pin", dataset: { messageId: p.message_id } },
+        el("span", { class: "pin-mark" }, "pinned"),
+        el("span", { class: "pin-text" }, text.length > 140 ? `${text.slice(0, 140)}…` : text)));
+    }
+    for (const m of state.messages.values()) upsertMessage(m); // refresh the Pin / Unpin buttons
+  }
+
+  function onPinsEvent(ev) {
+    if (ev.channel_id === state.selected) loadPins(ev.channel_id);
+  }
+
+  function pinButton(m) {
+    if (m.deleted || !mayChangePins()) return null;
+    const pinned = (state.pins || []).includes(m.id);
+    return el("button", {
+      type: "button", class: "link-button pin-button", dataset: { pin: m.id },
+      onclick: async () => {
+        try {
+          const data = await api(`/api/v1/channels/${encodeURIComponent(m.channel_id)}/pins/${encodeURIComponent(m.id)}`,
+            { method: pinned ? "DELETE" : "POST" });
+          if (m.channel_id === state.selected) renderPins(data.pins);
+        } catch (err) {
+          $("composer-note").textContent = `Not ${pinned ? "unpinned" : "pinned"}: ${err.message}`;
+        }
+      },
+    }, pinned ? "Unpin" : "Pin");
+  }
+
+  function messageBody(m) {
+    const blocks = Array.isArray(m.blocks) ? m.blocks : [];
+    if (!blocks.some((b) => b.kind === "ask")) return el("div", { class: "text" }, textWithMentions(m.text || ""));
+    const body = el("div", { class: "text" });
+    for (const b of blocks) {
+      if (b.kind === "ask") body.append(askNode(m, b.ask));
+      else body.append(el("div", null, textWithMentions(b.text || "")));
+    }
+    return body;
+  }
+
+  function askNode(m, ask) {
+    const card = el("div", { class: "ask", dataset: { askId: ask.ask_id } });
+    if (ask.answered) {
+      for (const q of ask.questions) {
+        card.append(el("div", { class: "ask-q" }, q.text),
+          el("div", { class: "ask-a" }, `→ ${(ask.answers || {})[q.id] || ""}`));
+      }
+      card.append(el("div", { class: "ask-by" },
+        `Answered by ${authorLabel(ask.answered_by)} · ${fmtTime(ask.answered_at_ms)}`));
+      return card;
+    }
+    const myId = state.me && state.me.account ? state.me.account.id : null;
+    const form = el("form", { class: "ask-form" });
+    for (const q of ask.questions) {
+      const name = `ask-${ask.ask_id}-${q.id}`;
+      const row = el("fieldset", { class: "ask-field" }, el("legend", { class: "ask-q" }, q.text));
+      if (Array.isArray(q.options)) {
+        for (const option of q.options) {
+          row.append(el("label", { class: "ask-option" },
+            el("input", { type: "radio", name, value: option, required: true, dataset: { question: q.id } }),
+            ` ${option}`));
+        }
+      } else {
+        row.append(el("input", { type: "text", name, required: true, dataset: { question: q.id }, class: "ask-input" }));
+      }
+      form.append(row);
+    }
+    const note = el("span", { class: "ask-note" });
+    const asker = m.author_account_id === myId;
+    const button = el("button", { type: "submit", class: "ask-submit", disabled: asker || !state.isMember }, "Answer");
+    form.append(el("div", { class: "ask-actions" }, button,
+      asker ? el("span", { class: "ask-note" }, "waiting for an answer") : note));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const answers = {};
+      for (const input of form.querySelectorAll("input[data-question]")) {
+        if ((input.type !== "radio" || input.checked) && input.value.trim()) answers[input.dataset.question] = input.value;
+      }
+      button.disabled = true;
+      try {
+        const data = await api(`/api/v1/messages/${encodeURIComponent(m.id)}/asks/${encodeURIComponent(ask.ask_id)}/answer`,
+          { method: "POST", body: { answers } });
+        upsertMessage(data.message);
+        regroup();
+      } catch (err) {
+        note.textContent = `Not answered: ${err.message}`;
+        button.disabled = false;
+      }
+    });
+    card.append(form);
+    return card;
   }
 
   // -- wiring -----------------------------------------------------------------------------------
