@@ -557,3 +557,54 @@ add("transient.pg_serialization_is_deterministic", ENGINE,
     t(WORKER, "test_fault_ingest_busy_fails_the_next_n_attempts"),
     backend="postgres",
     why="a PostgreSQL serialization failure classified as deterministic: the frame is quarantined")
+
+# == issue 16: the pin sweep, ask answers, pins and asks over HTTP =============================
+DPINS = "tests/delivery/test_pins_and_answers.py"
+PINS_API = "tests/test_pins_asks_api.py"
+PIN_SWEEP = "src/tidings/delivery/pins.py"
+ANSWERS = "src/tidings/delivery/asks.py"
+PINS_HUB = "src/tidings/hub/pins.py"
+MENTIONS = "src/tidings/delivery/mentions.py"
+add("pins.no_pin_sweep", CONSUMER,
+    "            if not pin_sweep.sweep_pins(self, session):",
+    "            if False:",
+    t(DPINS, "test_p1_a_pin_is_delivered_at_start_though_the_cursor_owes_nothing"),
+    t(DPINS, "test_the_start_sweep_runs_cursors_then_pins_in_position_order_then_owed_mentions"),
+    why="a session start never sends the channel's pins")
+add("pins.sweep_before_cursor", CONSUMER,
+    "        pin_sweep.begin(self, session)\n        self._sweep(session)",
+    "        pin_sweep.begin(self, session)\n        pin_sweep.sweep_pins(self, session)\n        self._sweep(session)",
+    t(DPINS, "test_the_start_sweep_runs_cursors_then_pins_in_position_order_then_owed_mentions"),
+    why="the pins overtake the cursor backlog at start")
+add("pins.owed_and_pinned_sent_twice", PIN_SWEEP,
+    '    if pinned and outcome == OFFER_OK:\n        del pending[message["id"]]',
+    '    if False:\n        del pending[message["id"]]',
+    t(DPINS, "test_p3_stricter_a_message_both_owed_and_pinned_is_sent_once_with_both_flags"),
+    why="a message the cursor sweep sent is sent again by the pin sweep (the reference's P3)")
+add("pins.sixth_pin_allowed", PINS_HUB,
+    "            if pins_store.count_pins(tx, cid) >= MAX_PINS:",
+    "            if pins_store.count_pins(tx, cid) > MAX_PINS:",
+    t(PINS_API, "test_pins_are_ordered_at_most_five_and_the_sixth_is_a_clear_409"),
+    why="a channel takes a sixth pin")
+add("pins.any_member_changes", PINS_HUB,
+    "    if principal.is_admin or (principal.account_id is not None and principal.account_id == channel[\"owner_account_id\"]):",
+    "    if principal.account_id is not None:",
+    t(PINS_API, "test_members_read_pins_only_the_owner_and_the_admin_change_them"),
+    why="any member may pin or unpin")
+add("answers.not_owed_when_offline", ANSWERS,
+    "        owed = asks_store.owed_answers(tx, session.agent_id, SWEEP_LIMIT)",
+    "        owed = []",
+    t(DPINS, "test_an_answer_to_an_offline_agent_is_owed_and_woken_then_sent_once_at_start"),
+    t(DPINS, "test_an_answer_whose_dispatch_a_crash_lost_reaches_the_offline_agent_exactly_once"),
+    why="an answer to an offline asker is never sent when it connects")
+add("answers.scan_skips_undispatched", CONSUMER,
+    "        self._scan_answers()\n", "",
+    t(DPINS, "test_an_answer_whose_dispatch_a_crash_lost_reaches_the_offline_agent_exactly_once"),
+    why="an answer whose dispatch a crash lost never wakes its offline asker")
+add("mentions.reads_ask_questions", MENTIONS,
+    '        if isinstance(block, dict) and block.get("kind") == "text":\n            text = block.get("text")',
+    '        if isinstance(block, dict) and block.get("kind") in ("text", "ask"):\n'
+    '            text = block.get("text") if block.get("kind") == "text" else " ".join(\n'
+    '                q["text"] for q in block["ask"]["questions"])',
+    t(DPINS, "test_the_mention_grammar_never_reads_ask_questions"),
+    why="a question in an ask block mentions (steers or owes) the agents it names")
