@@ -67,9 +67,8 @@ def begin(consumer: "Consumer", session: Session) -> None:
         if consumer.faults.fire(PIN_READ_FAULT):
             raise RuntimeError("fault: delivery.pin_read_error")
         with consumer._db.read() as tx:
-            for channel_id in delivery_store.sweep_channels(tx, session.agent_id):
-                for pin in pins_store.pins_of(tx, channel_id):
-                    pending[pin["message_id"]] = channel_id
+            for channel_id, message_id in pins_store.sweep_pins(tx, session.agent_id):
+                pending[message_id] = channel_id
     except Exception as exc:  # noqa: BLE001 - the session starts without its pins
         log.error("pins not read at session start", session_id=session.session_id, error=repr(exc))
         consumer._recover_db()

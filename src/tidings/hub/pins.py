@@ -32,21 +32,14 @@ def public_pin(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "message_id": row["id"],
         "position": row["pin_position"],
+        "pinned_at_ms": row["pin_at_ms"],
+        "pinned_by": row["pin_by"],
         "message": public_message(row),
     }
 
 
 def _pins(tx: Tx, channel_id: str) -> list[dict[str, Any]]:
-    by = {p["message_id"]: p for p in pins_store.pins_of(tx, channel_id)}
-    out = []
-    for row in pins_store.pinned_messages(tx, channel_id):
-        pin = public_pin(row)
-        meta = by.get(row["id"])
-        if meta is not None:
-            pin["pinned_at_ms"] = meta["pinned_at_ms"]
-            pin["pinned_by"] = meta["pinned_by"]
-        out.append(pin)
-    return out
+    return [public_pin(row) for row in pins_store.pinned_messages(tx, channel_id)]
 
 
 def list_pins(store: Store, principal: Principal, channel_id: Any) -> dict[str, Any]:

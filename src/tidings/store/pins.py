@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .delivery import sweep_set_sql
 from .engine import Tx
 from .messages import MESSAGE_COLUMNS, row_to_message
 from .sql import PerDialect, Stmt
 
 _LOCK_SQL = "SELECT id FROM channels WHERE id = :channel_id"
 LOCK_CHANNEL = PerDialect(name="pins_lock_channel", sqlite=_LOCK_SQL, postgresql=_LOCK_SQL + " FOR UPDATE")
-PINS_OF = Stmt(
-    "SELECT p.channel_id, p.message_id, p.position, p.pinned_at_ms, p.pinned_by FROM channel_pins p "
-    "WHERE p.channel_id = :channel_id ORDER BY p.position",
-    name="pins_of",
-)
 PIN = Stmt(
     "SELECT position FROM channel_pins WHERE channel_id = :channel_id AND message_id = :message_id",
     name="pin",
@@ -39,20 +35,32 @@ DELETE_PIN = Stmt(
     name="delete_pin",
 )
 PINNED_MESSAGES = Stmt(
-    f"SELECT {MESSAGE_COLUMNS}, p.position AS pin_position FROM channel_pins p "
+    f"SELECT {MESSAGE_COLUMNS}, p.position AS pin_position, p.pinned_at_ms AS pin_at_ms, "
+    "p.pinned_by AS pin_by FROM channel_pins p "
     "JOIN messages m ON m.id = p.message_id WHERE p.channel_id = :channel_id ORDER BY p.position",
     name="pinned_messages",
 )
+
+# The pins a session start owes an agent: those of its sweep-set channels (the one sweep-set
+# predicate, ``store.delivery.sweep_set_sql``), channel by channel, each in position order.
+SWEEP_PINS = Stmt(
+    "SELECT p.channel_id, p.message_id FROM channel_pins p "
+    "JOIN channel_members cm ON cm.channel_id = p.channel_id "
+    "JOIN accounts a ON a.id = cm.account_id JOIN channels c ON c.id = cm.channel_id "
+    f"WHERE cm.account_id = :agent_id AND a.kind = 'agent' AND {sweep_set_sql()} "
+    "ORDER BY p.channel_id, p.position",
+    name="sweep_pins",
+)
+
+
+def sweep_pins(tx: Tx, agent_id: str) -> list[tuple[str, str]]:
+    """(channel id, message id) of every pin of the agent's sweep-set channels, in order."""
+    return [(r[0], r[1]) for r in tx.all(SWEEP_PINS, {"agent_id": agent_id})]
 
 
 def lock_channel(tx: Tx, channel_id: str) -> bool:
     """Take the channel's row lock for a pin change; False when there is no such channel."""
     return tx.one(LOCK_CHANNEL, {"channel_id": channel_id}) is not None
-
-
-def pins_of(tx: Tx, channel_id: str) -> list[dict[str, Any]]:
-    """The channel's pin rows in position order."""
-    return tx.mappings(PINS_OF, {"channel_id": channel_id})
 
 
 def is_pinned(tx: Tx, channel_id: str, message_id: str) -> bool:
