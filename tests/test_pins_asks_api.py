@@ -190,3 +190,37 @@ def test_a_bad_answer_is_a_400_and_leaves_the_ask_open(client, scene, answers, c
     assert r.status_code == 404 and error_of(r) == "unknown_ask"
     r = _answer(client, s["mia"]["token"], msg["id"], ask_id, {"go": "no", "why": "later"})
     assert r.status_code == 200
+
+
+def test_the_page_stream_turns_a_pin_change_into_a_pins_event_for_members_only(client, scene, runtime):
+    from tidings.api.web import visible_events
+    from tidings.bus import Stamped
+    from tidings.hub.tokens import authenticate
+
+    s = scene
+    mid = post_text(client, s["mia"]["token"], s["ch"], "pin me")["id"]
+    stamped = Stamped(7, 0, 1, PinsChanged(s["ch"], mid, True))
+    for name in ("mia", "olga"):
+        who = authenticate(runtime.store, s[name]["token"])
+        assert visible_events(runtime.store, who, [stamped]) == [
+            {"page_event": "pins", "channel_id": s["ch"], "message_id": mid, "pinned": True, "bus_seq": 7}]
+    assert visible_events(runtime.store, authenticate(runtime.store, s["otto"]["token"]), [stamped]) == []
+
+
+def test_only_the_asking_agent_acks_its_answer_and_a_bad_ack_is_a_4xx(client, scene):
+    s = scene
+    other_bot = create_account(client, "agent", "otherbot", admin_token=ADMIN, owner=s["olga"]["id"])
+    msg = _post_ask(client, s["bot"]["token"], s["ch"])
+    ask_id = msg["blocks"][1]["ask"]["ask_id"]
+    r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": ask_id}, headers=auth(s["bot"]["token"]))
+    assert r.status_code == 404 and error_of(r) == "unknown_answer"  # not answered yet: nothing owed
+    assert _answer(client, s["mia"]["token"], msg["id"], ask_id, {"go": "yes", "why": "ok"}).status_code == 200
+    r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": ask_id},
+                    headers=auth(other_bot["token"]))
+    assert r.status_code == 404 and error_of(r) == "unknown_answer"
+    r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": 5}, headers=auth(s["bot"]["token"]))
+    assert r.status_code == 400 and error_of(r) == "bad_message_id"
+    r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": ask_id}, headers=auth(s["bot"]["token"]))
+    assert r.status_code == 200 and r.json()["answer_cleared"] is True
+    r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": ask_id}, headers=auth(s["bot"]["token"]))
+    assert r.status_code == 200 and r.json()["answer_cleared"] is False
