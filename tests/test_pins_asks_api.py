@@ -224,3 +224,52 @@ def test_only_the_asking_agent_acks_its_answer_and_a_bad_ack_is_a_4xx(client, sc
     assert r.status_code == 200 and r.json()["answer_cleared"] is True
     r = client.post("/api/v1/ack", json={"message_id": msg["id"], "ask_id": ask_id}, headers=auth(s["bot"]["token"]))
     assert r.status_code == 200 and r.json()["answer_cleared"] is False
+
+
+def _race(n, fn):
+    """Run ``fn(i)`` on ``n`` threads released together; the results (or exceptions)."""
+    import threading
+
+    gate = threading.Barrier(n)
+    out: list = [None] * n
+
+    def run(i):
+        gate.wait(10)
+        try:
+            out[i] = fn(i)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    return out
+
+
+def test_racing_answers_and_racing_pins_keep_exactly_once_and_at_most_five(client, scene, runtime):
+    from tidings.errors import Conflict
+    from tidings.hub import asks as asks_hub
+    from tidings.hub import pins as pins_hub
+    from tidings.hub.tokens import authenticate
+
+    s = scene
+    msg = _post_ask(client, s["bot"]["token"], s["ch"])
+    ask_id = msg["blocks"][1]["ask"]["ask_id"]
+    people = [authenticate(runtime.store, s[n]["token"]) for n in ("mia", "olga")]
+    results = _race(2, lambda i: asks_hub.answer(runtime.store, runtime.bus, people[i], msg["id"], ask_id,
+                                                 {"go": ["yes", "no"][i], "why": "race"}))
+    assert sum(isinstance(r, dict) for r in results) == 1
+    assert sum(isinstance(r, Conflict) and r.code == "already_answered" for r in results) == 1
+    with runtime.store.read() as tx:
+        assert tx.raw("SELECT COUNT(*) FROM ask_answers").fetchone()[0] == 1
+
+    ids = [post_text(client, s["mia"]["token"], s["ch"], f"p{i}")["id"] for i in range(7)]
+    owner = authenticate(runtime.store, s["olga"]["token"])
+    for mid in ids[:3]:
+        pins_hub.pin(runtime.store, runtime.bus, owner, s["ch"], mid)
+    results = _race(4, lambda i: pins_hub.pin(runtime.store, runtime.bus, owner, s["ch"], ids[3 + i]))
+    assert sum(isinstance(r, dict) for r in results) == 2
+    assert sum(isinstance(r, Conflict) and r.code == "too_many_pins" for r in results) == 2
+    assert len(pins_hub.list_pins(runtime.store, owner, s["ch"])["pins"]) == 5
