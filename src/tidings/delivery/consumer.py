@@ -459,11 +459,11 @@ class Consumer:
                     )
                     self._recover_db()
             elif isinstance(payload, (PinsChanged, AskAnswered)):
-                self._on_issue16_event(payload)
+                self._on_pin_or_answer(payload)
             if event.seq > self._handled_seq:
                 self._handled_seq = event.seq
 
-    def _on_issue16_event(self, payload: PinsChanged | AskAnswered) -> None:
+    def _on_pin_or_answer(self, payload: PinsChanged | AskAnswered) -> None:
         """A pin change (live ``pin`` notices) or an answered ask (the asker's answer)."""
         try:
             if isinstance(payload, PinsChanged):
