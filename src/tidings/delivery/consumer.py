@@ -743,7 +743,8 @@ class Consumer:
                         self._fan_out(row, members)
 
     def _sweep(self, session: Session) -> None:
-        """One step of a session's sweep: a page of cursors, then a page of owed mentions."""
+        """One step of a session's sweep: a page of cursors, the start's pins
+        (``pins.py``), a page of owed mentions, then the owed answers (``asks.py``)."""
         if self.live.get(session.agent_id) is not session or session.closed:
             return
         if session.phase == PHASE_CURSOR:
