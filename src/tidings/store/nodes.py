@@ -68,6 +68,7 @@ OWES_ANY = Stmt(
     "SELECT 1 FROM owed_mentions WHERE agent_id = :agent_id AND acked_at_ms IS NULL LIMIT 1", name="owes_any"
 )
 WAKE_CONFIG = Stmt("SELECT wake_json FROM accounts WHERE id = :agent_id AND kind = 'agent'", name="wake_config")
+BOOTSTRAP_LOCK = Stmt("SELECT pg_advisory_xact_lock(7466133012)", name="bootstrap_lock")
 NOTIFY = Stmt("SELECT pg_notify(:channel, :payload)", name="cluster_notify")
 
 
@@ -142,6 +143,13 @@ def owes_any(tx: Tx, agent_id: str) -> bool:
 def wake_config(tx: Tx, agent_id: str) -> str | None:
     row = tx.one(WAKE_CONFIG, {"agent_id": agent_id})
     return None if row is None else row[0]
+
+
+def serialize_bootstrap(tx: Tx) -> None:
+    """PostgreSQL: nodes starting together on a new database create the system account and
+    the admin token one after the other (a transaction-scoped lock)."""
+    if tx.dialect == "postgresql":
+        tx.execute(BOOTSTRAP_LOCK).close()
 
 
 def notify(tx: Tx, payload: str) -> None:
