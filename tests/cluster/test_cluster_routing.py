@@ -64,3 +64,41 @@ def test_a_connect_on_another_node_replaces_the_first_session_within_2_s(cluster
     assert second.next_dispatch(10)[1]["message"]["id"] == m
     second.close()
     first.close()
+
+
+def test_a_held_turn_reaches_no_node_before_the_authors_settle_edge(cluster: Cluster):
+    a, b, c = cluster.start(3)
+    alice, bot, watcher, ch = _world(a)
+    bot_stream = b.session(bot["token"])
+    watch_stream = c.session(watcher["token"])
+    bot_stream.state("working")
+    on_own_node = b.post(bot["token"], ch, "@watcher step one")
+    on_other_node = a.post(bot["token"], ch, "step two")
+    assert [e for e in iter_events(watch_stream.collect(1.0), ("steer", "deliver"))] == []
+    bot_stream.state("ready")
+    got = [watch_stream.next_dispatch(10), watch_stream.next_dispatch(10)]
+    assert [(e, d["message"]["id"]) for e, d in got] == [("steer", on_own_node), ("deliver", on_other_node)]
+    assert [e for e in iter_events(watch_stream.collect(0.5), ("steer", "deliver"))] == []
+    bot_stream.close()
+    watch_stream.close()
+
+
+def test_one_wake_per_agent_across_the_cluster(cluster: Cluster, wake_recorder):
+    _double_wake_scene(cluster, wake_recorder, faults="")
+
+
+def test_without_the_leader_lock_an_agent_is_woken_twice(cluster: Cluster, wake_recorder):
+    """Negative control: every node acting as leader wakes on its own."""
+    with pytest.raises(AssertionError, match="woken"):
+        _double_wake_scene(cluster, wake_recorder, faults="cluster.leader_lock_off")
+
+
+def _double_wake_scene(cluster: Cluster, wake_recorder, faults: str) -> None:
+    a, b, c = cluster.start(3, faults=faults)
+    alice = a.account("human", "alice")
+    sleeper = a.account("agent", "sleeper", owner=alice["id"], wake={"webhook": wake_recorder.url})
+    ch = a.channel(alice["token"], "general", [sleeper["id"]])
+    for node in (a, b, c):
+        node.post(alice["token"], ch, "@sleeper wake up")
+    wakes = wake_recorder.drain(2.0)
+    assert wakes == [(sleeper["id"], "mention")], f"woken {len(wakes)} times: {wakes}"
