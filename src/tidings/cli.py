@@ -38,7 +38,7 @@ def resolve_db(db: Optional[str], default: str = DEFAULT_DB) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"error: {message}", markup=False, highlight=False)
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

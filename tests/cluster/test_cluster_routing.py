@@ -9,7 +9,7 @@ import queue
 
 import pytest
 
-from cluster_harness import Cluster, iter_events
+from cluster_harness import Cluster, iter_events, until
 
 
 def _world(node, *, subscribe_bot: bool = True):
@@ -102,3 +102,29 @@ def _double_wake_scene(cluster: Cluster, wake_recorder, faults: str) -> None:
         node.post(alice["token"], ch, "@sleeper wake up")
     wakes = wake_recorder.drain(2.0)
     assert wakes == [(sleeper["id"], "mention")], f"woken {len(wakes)} times: {wakes}"
+
+
+def test_status_lists_the_nodes_their_sessions_and_the_leader_and_logs_carry_the_node_id(cluster: Cluster):
+    a, b, c = cluster.start(3)
+    alice, bot, _watcher, _ch = _world(a)
+    stream = b.session(bot["token"])
+    leader = cluster.leader()
+
+    def listed():
+        nodes = a.status()["cluster"]["nodes"]
+        return len(nodes) == 3 and nodes
+    nodes = until(listed, what="three nodes listed")
+    by_id = {n["node_id"]: n for n in nodes}
+    assert set(by_id) == {a.node_id, b.node_id, c.node_id}
+    assert [n["node_id"] for n in nodes if n["leader"]] == [leader.node_id]
+    until(lambda: {n["node_id"]: n["sessions"] for n in a.status()["cluster"]["nodes"]}
+          == {a.node_id: 0, b.node_id: 1, c.node_id: 0}, what="the session counted on its node")
+    for n in nodes:
+        assert n["started_at_ms"] <= n["heartbeat_at_ms"] and n["address"].startswith("http://127.0.0.1:")
+    def bot_row():
+        r = a.http.get("/api/v1/agents", headers={"Authorization": f"Bearer {alice['token']}"})
+        return next(x for x in r.json()["agents"] if x["id"] == bot["id"])
+    row = until(lambda: bot_row()["live"] and bot_row(), what="the page's agent row live")
+    assert row["node"] == b.node_id  # the page shows which node holds the session
+    stream.close()
+    assert f'"node_id": "{b.node_id}"' in b.log() or f"node_id={b.node_id}" in b.log()

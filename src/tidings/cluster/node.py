@@ -445,6 +445,8 @@ def attach(runtime: Any, address: str = "") -> ClusterNode:
     node = ClusterNode(runtime, ClusterOptions.from_env(address))
     runtime.posting.notify_in_tx = node.notify_posted
     runtime.delivery.attach_cluster(node)
+    if runtime.ingest is not None:
+        runtime.ingest.worker.across_nodes = True
     scan_ms = os.environ.get("TIDINGS_SCAN_INTERVAL_MS")
     if scan_ms:
         runtime.delivery.consumer.options.scan_interval_ms = int(scan_ms)
