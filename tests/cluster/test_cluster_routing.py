@@ -128,3 +128,24 @@ def test_status_lists_the_nodes_their_sessions_and_the_leader_and_logs_carry_the
     assert row["node"] == b.node_id  # the page shows which node holds the session
     stream.close()
     assert f'"node_id": "{b.node_id}"' in b.log() or f"node_id={b.node_id}" in b.log()
+
+
+def test_a_lost_listener_connection_is_an_overrun_that_resweeps_the_sessions(cluster: Cluster):
+    a, b = cluster.start(2)
+    alice, _bot, watcher, ch = _world(a)
+    stream = b.session(watcher["token"])
+    b_id = b.node_id
+    import psycopg
+
+    with psycopg.connect(cluster.db_url.replace("postgresql://", "postgresql://", 1), autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND query LIKE 'LISTEN%%'", (b_id,)).fetchall()
+    assert killed == [(True,)]
+    m = a.post(alice["token"], ch, "posted while the listener is down")
+    event, data = stream.next_dispatch(10)
+    assert (event, data["message"]["id"]) == ("deliver", m)
+    status = b.status()
+    assert status["cluster"]["this_node"]["listener_reconnects"] >= 1
+    assert status["delivery"]["overruns_handled"] >= 1
+    stream.close()
