@@ -224,6 +224,9 @@ class Cluster:
                      what="a leader")
 
     def stop(self) -> None:
+        for node in self.nodes:  # all at once, then wait for each
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes:
             node.stop()
 
