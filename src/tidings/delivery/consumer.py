@@ -63,6 +63,12 @@ that connects while a mention is being routed therefore either is live before th
 (steer) or starts after the owed row committed (its owed sweep steers it); it cannot fall
 between the two.
 
+Cluster (``self.cluster`` set, PostgreSQL, several nodes; ``cluster/node.py``): a post
+another node took arrives as ``RemotePosted`` and only dispatches to this node's sessions
+(``_fan_out_here_only``); a post whose author's session is on another node is held here
+until that node announces the settle (``AuthorSettled``); only the leader scans, and it
+leaves rows younger than the dead-after interval to the node that posted them.
+
 Ordering: an edge remembers the bus head when it was submitted, and the consumer handles
 every bus event up to that head before the edge. So a ``ready`` sent after an agent's post
 returned always finds that post held, and a session's start sweep runs before any live
@@ -86,10 +92,10 @@ import structlog
 
 from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
+from ..cluster.events import AuthorSettled
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
-from ..cluster.events import AuthorSettled
 from ..hub.events import MessagePosted
 from ..store import cursors as cursors_store
 from ..store import delivery as delivery_store
@@ -127,7 +133,6 @@ SETTLE_STATES = frozenset({"ready", "stopped"})
 #: ``held`` key prefix (cluster): messages held here for an author whose session is on
 #: another node, released by that node's settle (``AuthorSettled``).
 REMOTE_HOLD = "remote:"
-
 
 
 @dataclass
@@ -960,8 +965,9 @@ class Consumer:
 
     def request_scan(self) -> None:
         """Run the periodic scan at the next pump (thread-safe; a new cluster leader)."""
-        self._next_scan_at = self.clock.now_ms()
-        self.wake_loop()
+        if self.options.scan_interval_ms > 0:
+            self._next_scan_at = self.clock.now_ms()
+            self.wake_loop()
 
     def _scan_due(self) -> bool:
         return self._next_scan_at is not None and self.clock.now_ms() >= self._next_scan_at
