@@ -41,8 +41,7 @@ from . import events
 
 log = structlog.get_logger("tidings.cluster")
 
-#: The leader's advisory lock key (one bigint; under 2**32 so ``pg_locks.objid`` shows it).
-LEADER_LOCK_KEY = 0x54444753
+LEADER_LOCK_KEY = nodes_store.LEADER_LOCK_KEY
 
 #: Fault points: skip the post notification (negative control of cross-node routing);
 #: every node acts as leader (negative control of the leader lock); the listener's
@@ -50,12 +49,6 @@ LEADER_LOCK_KEY = 0x54444753
 NOTIFY_OFF_FAULT = "cluster.notify_off"
 LEADER_LOCK_OFF_FAULT = "cluster.leader_lock_off"
 LISTENER_DROP_FAULT = "cluster.listener_drop"
-
-LEADER_OF = (
-    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = %s AND l.objsubid = 1 AND l.granted"
-)
-
 
 @dataclass
 class ClusterOptions:
@@ -79,15 +72,6 @@ def pg_dsn(url: str) -> str:
     """A libpq URL from a ``--db`` PostgreSQL URL."""
     scheme, rest = url.split("://", 1)
     return "postgresql://" + rest if "+" in scheme or scheme == "postgres" else url
-
-
-def leader_of(url: str) -> str | None:
-    """The node id holding the leader lock right now (from ``pg_locks``), or None."""
-    import psycopg
-
-    with psycopg.connect(pg_dsn(url), autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(LEADER_OF, (LEADER_LOCK_KEY,)).fetchone()
-    return None if row is None or not row[0] else row[0]
 
 
 class ClusterNode:

@@ -10,15 +10,10 @@ from ..store import nodes as nodes_store
 
 
 def cluster_status(runtime: Any) -> dict[str, Any]:
-    from .node import leader_of
-
     node = getattr(runtime, "cluster", None)
     with runtime.store.read() as tx:
         rows = nodes_store.nodes(tx)
-    try:
-        leader = leader_of(runtime.store.url)
-    except Exception:  # noqa: BLE001 - status never fails over the leader lookup
-        leader = None
+        leader = nodes_store.leader(tx)
     out = nodes_store.as_dicts(rows)
     for row in out:
         row["leader"] = row["node_id"] == leader

@@ -68,6 +68,13 @@ OWES_ANY = Stmt(
     "SELECT 1 FROM owed_mentions WHERE agent_id = :agent_id AND acked_at_ms IS NULL LIMIT 1", name="owes_any"
 )
 WAKE_CONFIG = Stmt("SELECT wake_json FROM accounts WHERE id = :agent_id AND kind = 'agent'", name="wake_config")
+#: The leader's advisory lock key (one bigint under 2**32, so ``pg_locks.objid`` shows it).
+LEADER_LOCK_KEY = 0x54444753
+LEADER = Stmt(
+    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = :key AND l.objsubid = 1 AND l.granted",
+    name="cluster_leader",
+)
 BOOTSTRAP_LOCK = Stmt("SELECT pg_advisory_xact_lock(7466133012)", name="bootstrap_lock")
 NOTIFY = Stmt("SELECT pg_notify(:channel, :payload)", name="cluster_notify")
 
@@ -143,6 +150,13 @@ def owes_any(tx: Tx, agent_id: str) -> bool:
 def wake_config(tx: Tx, agent_id: str) -> str | None:
     row = tx.one(WAKE_CONFIG, {"agent_id": agent_id})
     return None if row is None else row[0]
+
+
+def leader(tx: Tx) -> str | None:
+    """PostgreSQL: the node id (its lock connection's application name) holding the leader
+    lock right now, read from ``pg_locks``; None when no node leads."""
+    row = tx.one(LEADER, {"key": LEADER_LOCK_KEY})
+    return None if row is None or not row[0] else row[0]
 
 
 def serialize_bootstrap(tx: Tx) -> None:
