@@ -277,8 +277,9 @@ class ClusterNode:
 
     @staticmethod
     def _local_agents(delivery: Any) -> list[str]:
-        consumer_live = getattr(delivery.consumer, "live", {})
-        return list(consumer_live)
+        registry = delivery.registry
+        with registry._lock:  # the registry's own lock: a consistent list of its agents
+            return list(registry._by_agent)
 
     def _on_notification(self, payload: str) -> None:
         data = events.decode(payload)
