@@ -416,7 +416,7 @@ add("route.mark_before_route", CONSUMER,
     t(DREC, "test_a_periodic_scan_recovers_a_failed_pass_without_a_restart"),
     why="reference flaw O4: a failed mention pass still marks its message routed, so no scan retries it")
 add("scan.held_skip_removed", CONSUMER,
-    "                if message_id in self.held_ids:\n                    skipped += 1\n                    continue\n", "",
+    "                if message_id in self.held_ids or (", "                if False or (",
     t(DREC, "test_scan_skips_a_message_held_right_now_and_leaves_it_unmarked"),
     why="the scan routes a held message before its author settles")
 add("sweep_set.no_home_channel", DSTORE,
@@ -474,8 +474,8 @@ add("fan_out.routed_message_routed_again", CONSUMER,
     t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
     why="a message the scan already routed is routed again when its live event arrives: a second steer")
 add("settle.not_on_session_end", CONSUMER,
-    "        if self.options.settle_on_end:\n            self._fire_held(session.session_id)",
-    "        if False:\n            self._fire_held(session.session_id)",
+    "        if self.options.settle_on_end:\n            self._fire_held(session.session_id, session.agent_id)",
+    "        if False:\n            self._fire_held(session.session_id, session.agent_id)",
     t(DSWEEP, "test_ending_a_session_fires_only_that_sessions_held_messages"),
     why="reference flaw O2: a dead author's held messages wait for a restart")
 add("settle.on_working", CONSUMER,
@@ -520,7 +520,7 @@ add("seed.replays_history", CURSORS,
     t(DCURS, "test_seeds_home_on_creation_and_channels_on_subscribe_never_for_humans"),
     why="a new subscriber is swept the channel's whole history")
 add("overrun.no_scan", CONSUMER,
-    "        self.sweep_all_live()\n        if self.options.scan_enabled:\n            self.scan()",
+    "        self.sweep_all_live()\n        if self._scan_allowed():\n            self.scan()",
     "        self.sweep_all_live()",
     t(DREC, "test_lagged_overrun_leg_the_mention_in_the_dropped_window_is_owed"),
     why="a mention in the window an overrun dropped is never routed")

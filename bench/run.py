@@ -103,6 +103,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="write pyinstrument profiles into DIR (our ingest run; the latency run's consumer thread "
                         "and poster); profiled figures are slower than unprofiled ones")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--cluster", default="", metavar="1,2,3",
+                   help="instead of the sections: N real nodes on one PostgreSQL database, per N (bench_cluster)")
+    p.add_argument("--heartbeat-ms", type=int, help="--cluster: the nodes' heartbeat (default: theirs, 2000)")
+    p.add_argument("--dead-after-ms", type=int, help="--cluster: the nodes' dead-after interval (default 10000)")
     return p.parse_args(argv)
 
 
@@ -158,6 +162,8 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
             return 1
     if configure_logging:
         benchlib.configure_logs()
+    if args.cluster:
+        return _cluster_main(args, sizes, console, err)
     # Imported once here, not inside a timed loop: ``store.engine.is_transient`` imports
     # psycopg on its first call (~60 ms, once per process), even on SQLite.
     import psycopg  # noqa: F401
@@ -205,6 +211,52 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
         err.print(f"correctness checks failed: {run.results['checks']['failed']}", markup=False)
         return 1
     return 0
+
+
+def _cluster_main(args: argparse.Namespace, sizes: "Sizes", console: Console, err: Console) -> int:
+    """``--cluster 1,2,3``: each size on a fresh database, side by side in one table."""
+    import bench_cluster
+
+    try:
+        counts = [int(x) for x in args.cluster.split(",") if x.strip()]
+    except ValueError:
+        err.print("error: --cluster takes node counts, e.g. 1,2,3", markup=False)
+        return 2
+    reason = benchlib.pg_reachable()
+    if reason is not None:
+        err.print(f"error: PostgreSQL is unreachable at {benchlib.PG_ADMIN_URL}: {reason}", markup=False)
+        return 1
+    rate = args.rate or 200.0
+    seconds = args.seconds or 10.0
+    dbs = benchlib.Databases()
+    results: dict[str, Any] = {"meta": {"command": "uv run python bench/run.py " + " ".join(sys.argv[1:]),
+                                        "machine": benchlib.machine(), "target_p99_ms": 25.0}, "runs": []}
+    try:
+        for n in counts:
+            results["runs"].append(bench_cluster.run_cluster(
+                n, dbs=dbs, rate=rate, seconds=seconds, heartbeat_ms=args.heartbeat_ms,
+                dead_after_ms=args.dead_after_ms))
+    finally:
+        dbs.close()
+    table = Table(title=f"cluster on PostgreSQL: post→steer at {rate:g} posts/s (post on node 0, session on the last)")
+    for col in ("nodes", "p50 ms", "p99 ms", "p99 ≤ 25 ms", "missing", "posts/s accepted", "dead node detected s",
+                "leader failover s"):
+        table.add_column(col, justify="right")
+    ok = True
+    for r in results["runs"]:
+        lat = r.get("post_to_steer") or {}
+        p99 = lat.get("p99_ms")
+        ok = ok and r.get("steers_missing", 1) == 0
+        table.add_row(str(r["nodes"]), _fmt(lat.get("p50_ms"), 2), _fmt(p99, 2),
+                      "" if p99 is None else ("yes" if p99 <= 25.0 else "no"), str(r.get("steers_missing")),
+                      _fmt(r.get("posts_per_s_accepted")), _fmt(r.get("dead_node_detected_s"), 2),
+                      _fmt(r.get("leader_failover_s"), 2))
+    console.print(table)
+    out = Path(args.json if args.json != str(DEFAULT_JSON) else BENCH_DIR / "results" / "cluster.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    console.print(f"results written to {out}", markup=False, highlight=False)
+    return 0 if ok else 1
 
 
 def _load() -> list[float] | None:

@@ -38,7 +38,7 @@ def resolve_db(db: Optional[str], default: str = DEFAULT_DB) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"error: {message}", markup=False, highlight=False)
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -58,8 +58,9 @@ def serve(
 
     logs.configure()
     url = resolve_db(db, DEMO_DB if demo else DEFAULT_DB)
+    serve_lock = _one_server_per_sqlite_file(url)  # noqa: F841 - held while serving
     try:
-        runtime = Runtime(url, admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None))
+        runtime = Runtime(url, cluster=True, address=f"http://{host}:{port}", admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None))
     except ValueError as exc:
         fail(str(exc), 2)
     except Exception as exc:  # noqa: BLE001 - one-line reason, exit 1
@@ -75,6 +76,23 @@ def serve(
         out.print(guide, soft_wrap=True)
     app_ = create_app(runtime, manage_runtime=True)
     uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+
+
+def _one_server_per_sqlite_file(url: str):
+    """SQLite: refuse to serve a file another server holds (one line); PostgreSQL: None."""
+    from .cluster.guard import AnotherServer, hold_sqlite_file
+    from .store.engine import normalize_url
+
+    try:
+        dialect, sa_url = normalize_url(url)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if dialect != "sqlite":
+        return None
+    try:
+        return hold_sqlite_file(sa_url.split(":///", 1)[1])
+    except AnotherServer as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -96,12 +114,21 @@ def status(
     if as_json:
         out.print_json(json.dumps(data))
         return
+    cluster = data.pop("cluster", None)
     for section, values in data.items():
         table = Table(title=section, show_header=True)
         table.add_column("counter")
         table.add_column("value", justify="right")
         for key, value in _flatten(values):
             table.add_row(key, str(value))
+        out.print(table)
+    if cluster is not None:
+        table = Table(title="cluster nodes", show_header=True)
+        for column in ("node", "address", "started_at_ms", "heartbeat_at_ms", "sessions", "leader"):
+            table.add_column(column)
+        for node in cluster["nodes"]:
+            table.add_row(node["node_id"], node["address"], str(node["started_at_ms"]), str(node["heartbeat_at_ms"]),
+                          str(node["sessions"]), "yes" if node["leader"] else "")
         out.print(table)
 
 

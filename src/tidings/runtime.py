@@ -17,6 +17,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .faults import Faults
 from .hub import accounts
 from .hub.posting import Posting
+from .cluster.status import cluster_status
 from .store.engine import Store
 
 log = structlog.get_logger("tidings.runtime")
@@ -30,6 +31,8 @@ class Runtime:
         clock: Clock = SYSTEM_CLOCK,
         faults: Faults | None = None,
         admin_token: str | None = None,
+        cluster: bool = False,
+        address: str = "",
     ) -> None:
         self.clock = clock
         self.faults = faults if faults is not None else Faults.from_env()
@@ -44,6 +47,12 @@ class Runtime:
         self.links = Links(self)
         self.delivery = _build("tidings.delivery.engine", "Delivery", self)
         self.ingest = _build("tidings.ingest.engine", "Ingest", self)
+        # A cluster node (``tidings serve`` on PostgreSQL): see cluster/node.py.
+        self.cluster = None
+        if cluster and self.store.dialect == "postgresql":
+            from .cluster.node import attach
+
+            self.cluster = attach(self, address)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -51,6 +60,8 @@ class Runtime:
         if self.started:
             return
         self.started = True
+        if self.cluster is not None:
+            self.cluster.start()
         for engine in (self.delivery, self.ingest):
             if engine is not None:
                 engine.start()
@@ -58,6 +69,8 @@ class Runtime:
 
     def stop(self) -> None:
         """Stop the engines, close the bus and the store (idempotent)."""
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.started:
             self.started = False
             for engine in (self.ingest, self.delivery):
@@ -83,6 +96,7 @@ class Runtime:
             "ingest": self.ingest.status() if self.ingest else {"per_bridge": {}, "backlog": 0, "deferred_now": 0},
             "delivery": self.delivery.status() if self.delivery else {},
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
+            **({"cluster": cluster_status(self)} if self.store.dialect == "postgresql" else {}),
         }
 
 

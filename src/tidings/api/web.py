@@ -29,7 +29,8 @@ Routes:
   a bridge token: 403) -- ``{"agents": [{"id", "kind", "handle", "display_name", "owner",
   "owner_handle", "home_channel_id", "live", "owed"}]}``. ``live`` comes from the delivery
   engine's session registry (memory, like liveness itself); ``owed`` counts the agent's open
-  owed mentions in the store. Who may see an agent is the rule of
+  owed mentions in the store. On a cluster node (PostgreSQL, several processes) ``live``
+  spans the cluster and ``node`` names the node holding the session. Who may see an agent is the rule of
   ``GET /api/v1/agents/{id}/owed`` (``Delivery.owed``); a test pins that the two agree.
 """
 
@@ -122,6 +123,10 @@ def list_agents(request: Request, who: Principal = Depends(deps.account_caller))
         item = accounts_hub.public_account(agent)
         item["owner_handle"] = owners.get(agent["owner_id"]) if agent["owner_id"] else None
         item["live"] = registry.is_live(agent["id"]) if registry is not None else False
+        cluster = getattr(rt, "cluster", None)
+        if cluster is not None:  # several nodes: live anywhere, and which node holds the session
+            item["live"] = item["live"] or cluster.remote_live(agent["id"])
+            item["node"] = cluster.session_node(agent["id"]) if item["live"] else None
         item["owed"] = int(owed[agent["id"]] or 0)
         out.append(item)
     return {"agents": out}

@@ -63,6 +63,12 @@ that connects while a mention is being routed therefore either is live before th
 (steer) or starts after the owed row committed (its owed sweep steers it); it cannot fall
 between the two.
 
+Cluster (``self.cluster`` set, PostgreSQL, several nodes; ``cluster/node.py``): a post
+another node took arrives as ``RemotePosted`` and only dispatches to this node's sessions
+(``_fan_out_here_only``); a post whose author's session is on another node is held here
+until that node announces the settle (``AuthorSettled``); only the leader scans, and it
+leaves rows younger than the dead-after interval to the node that posted them.
+
 Ordering: an edge remembers the bus head when it was submitted, and the consumer handles
 every bus event up to that head before the edge. So a ``ready`` sent after an agent's post
 returned always finds that post held, and a session's start sweep runs before any live
@@ -86,6 +92,7 @@ import structlog
 
 from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
+from ..cluster.events import AuthorSettled
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
@@ -127,6 +134,9 @@ BATCH_READ_FAULT = "delivery.batch_read_error"
 _OVERRUN = object()
 
 SETTLE_STATES = frozenset({"ready", "stopped"})
+#: ``held`` key prefix (cluster): messages held here for an author whose session is on
+#: another node, released by that node's settle (``AuthorSettled``).
+REMOTE_HOLD = "remote:"
 
 
 @dataclass
@@ -244,6 +254,9 @@ class Consumer:
         self._poke: asyncio.Event | None = None
         #: Test hook: called after each flush that recorded owed rows (O-9 race test).
         self.after_owed_recorded: Callable[[], None] | None = None
+        #: Cluster (PostgreSQL, several nodes): set by ``cluster.ClusterNode``; None = one process.
+        self.cluster: Any = None
+        self._owed_steered: dict[str, set[str]] = {}  # cluster: session id -> owed ids it swept
 
     # ======================================================================================
     # Edges from other threads
@@ -284,12 +297,13 @@ class Consumer:
         self._db = self.store.dedicated(pg_settings=delivery_store.CONSUMER_PG_SETTINGS)
         self._sub = self.bus.subscribe(0)
         try:
-            with self._strict_write() as tx:
-                delivery_store.end_stale_sessions(tx, self.clock.now_ms())
+            if self.cluster is None:  # in a cluster the leader ends a dead node's sessions
+                with self._strict_write() as tx:
+                    delivery_store.end_stale_sessions(tx, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
             log.warning("could not close stale session rows", error=repr(exc))
             self._recover_db()
-        if self.options.scan_enabled:
+        if self._scan_allowed():
             self.scan()
         self._events.extend(self._sub.replay)
         self._sub.replay = []
@@ -445,7 +459,9 @@ class Consumer:
         reads = self._read_batch(wanted)
         for event in events:
             payload = event.payload
-            if isinstance(payload, MessagePosted):
+            if isinstance(payload, AuthorSettled):
+                self._release_remote(payload.agent_id)
+            elif isinstance(payload, MessagePosted):
                 try:
                     with coalesced_wakes():
                         self._on_posted(payload, reads)
@@ -482,9 +498,50 @@ class Consumer:
         if author_session is not None:
             self._hold(author_session, event.message_id)
             return
+        if self.cluster is not None and self.cluster.remote_live(event.author_id):
+            # Cluster: the author's session is on another node; that node settles it.
+            self._hold_remote(event.author_id, event.message_id)
+            return
         row, members = self._read_message(event.message_id, reads)
         if row is not None:
-            self._fan_out(row, members)
+            if self.cluster is not None and getattr(event, "node_id", ""):
+                self._fan_out_here_only(row, members)  # another node posted it: it routes
+            else:
+                self._fan_out(row, members)
+
+    def _fan_out_here_only(self, row: dict[str, Any], members: list[ChannelAgent]) -> None:
+        """Cluster: steer and deliver to this node's sessions only; the durable effects
+        (owed rows, the mark, wakes) belong to the node that posted the message. A session
+        whose owed sweep already steered the message is left out (no duplicate)."""
+        unit, live = self._unit, self.live
+        self._unit = _Unit()
+        swept = [sid for sid, ids in self._owed_steered.items() if row["id"] in ids]
+        if swept:
+            self.live = {a: s for a, s in live.items() if s.session_id not in swept}
+        try:
+            self._fan_out(dict(row, mentions_routed_at=None), members)
+        finally:
+            self._unit, self.live = unit, live
+
+    def _hold_remote(self, author_id: str, message_id: str) -> None:
+        self.held.setdefault(REMOTE_HOLD + author_id, []).append(message_id)
+        self.held_ids.add(message_id)
+        self.counters.incr("held")
+
+    def _release_remote(self, author_id: str) -> None:
+        """Cluster: the author settled on its node (or its session is gone): fan out what
+        was held here for it, in post order, to this node's sessions only."""
+        ids = self.held.pop(REMOTE_HOLD + author_id, None)
+        if not ids:
+            return
+        self.held_ids.difference_update(ids)
+        reads = self._read_batch(ids)
+        for message_id in ids:
+            row, members = self._read_message(message_id, reads)
+            if row is not None:
+                self.counters.incr("settled")
+                with coalesced_wakes():
+                    self._fan_out_here_only(row, members)
 
     def _hold(self, session: Session, message_id: str) -> None:
         self.held.setdefault(session.session_id, []).append(message_id)
@@ -706,23 +763,26 @@ class Consumer:
     def _end(self, session: Session, reason: str) -> None:
         if self.live.get(session.agent_id) is session:
             del self.live[session.agent_id]
+        self._owed_steered.pop(session.session_id, None)
         self.counters.incr("sessions_ended")
         log.info("session ended", session_id=session.session_id, agent_id=session.agent_id, reason=reason)
         if self.options.settle_on_end:
-            self._fire_held(session.session_id)
+            self._fire_held(session.session_id, session.agent_id)
         self._session_row(delivery_store.end_session, session.session_id, reason or "closed", self.clock.now_ms())
 
     def _state(self, session: Session, state: str) -> None:
         self._session_row(delivery_store.set_session_state, session.session_id, state)
         if state in SETTLE_STATES:
-            self._fire_held(session.session_id)
+            self._fire_held(session.session_id, session.agent_id)
 
-    def _fire_held(self, session_id: str) -> None:
+    def _fire_held(self, session_id: str, agent_id: str = "") -> None:
         """The settle edge: fan out the session's held messages in post order, re-read
         (a page of ``event_batch`` ids per batched read)."""
         ids = self.held.pop(session_id, None)
         if not ids:
             return
+        if self.cluster is not None:  # the other nodes release what they held for this author
+            self.cluster.notify_settled(agent_id)
         self.held_ids.difference_update(ids)  # none is held any more, whatever happens next
         page = max(1, self.options.event_batch)
         for start in range(0, len(ids), page):
@@ -815,6 +875,8 @@ class Consumer:
                     finished = outcome == OFFER_CLOSED
                     break
                 self.counters.incr("steered")
+                if self.cluster is not None:
+                    self._owed_steered.setdefault(session.session_id, set()).add(row["id"])
             else:
                 vanished.append(row["id"])
             session.owed_after = (row["channel_id"], row["channel_seq"])
@@ -853,7 +915,7 @@ class Consumer:
         log.warning("bus overrun: re-subscribed; sweeping live sessions, then scanning")
         self._flush()
         self.sweep_all_live()
-        if self.options.scan_enabled:
+        if self._scan_allowed():
             self.scan()
 
     def scan(self) -> int:
@@ -888,7 +950,9 @@ class Consumer:
             for row in rows:
                 floor = row["seq"]
                 message_id = row["id"]
-                if message_id in self.held_ids:
+                if message_id in self.held_ids or (
+                    self.cluster is not None and row["at_unix_ms"] > self.clock.now_ms() - self.cluster.scan_grace_ms()
+                ):  # held here; or (cluster) young enough that the posting node routes it
                     skipped += 1
                     continue
                 if row["deleted_at_ms"] is not None:
@@ -933,6 +997,16 @@ class Consumer:
             log.error("recovery scan: answers not dispatched", error=repr(exc))
             self._recover_db()
 
+    def _scan_allowed(self) -> bool:
+        """The recovery scan runs in one process, or on the cluster's leader only."""
+        return self.options.scan_enabled and (self.cluster is None or self.cluster.is_leader)
+
+    def request_scan(self) -> None:
+        """Run the periodic scan at the next pump (thread-safe; a new cluster leader)."""
+        if self.options.scan_interval_ms > 0:
+            self._next_scan_at = self.clock.now_ms()
+            self.wake_loop()
+
     def _scan_due(self) -> bool:
         return self._next_scan_at is not None and self.clock.now_ms() >= self._next_scan_at
 
@@ -940,7 +1014,7 @@ class Consumer:
         """The clock's recovery point: a NULL left by a failed pass does not wait for a
         restart or an overrun (the Zulip "hard disconnect" lesson)."""
         self._next_scan_at = self.clock.now_ms() + self.options.scan_interval_ms
-        recovered = self.scan() if self.options.scan_enabled else 0
+        recovered = self.scan() if self._scan_allowed() else 0
         if self._resweep_live or recovered:
             # A message the scan had to route is one whose event this consumer never
             # handled (a dropped publish, another process's post): its live subscribers

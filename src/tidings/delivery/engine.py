@@ -129,8 +129,18 @@ class Delivery:
         )
         self._thread: threading.Thread | None = None
         self.started = False
+        self.cluster: Any = None
+
+    def attach_cluster(self, cluster: Any) -> None:
+        """Cluster mode (before ``start``): liveness, sessions, routing and wakes span
+        the nodes (``cluster.node.ClusterNode``)."""
+        self.cluster = cluster
+        self.consumer.cluster = cluster
+        self.consumer.wakers = _LeaderWakes(cluster, self.wakers)
 
     def _is_live(self, agent_id: str) -> bool:
+        if self.cluster is not None and self.cluster.remote_live(agent_id):
+            return True
         return self.registry.is_live(agent_id)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -187,10 +197,15 @@ class Delivery:
     # -- the transport's calls -------------------------------------------------------------
     def connect(self, agent_id: str) -> Session:
         """Open a session for an agent (replacing its live one); the consumer sweeps it."""
+        if self.cluster is not None:
+            return self.cluster.connect(self.registry, agent_id)
         return self.registry.connect(agent_id)
 
     def disconnect(self, session: Session, reason: str = "closed") -> bool:
-        return self.registry.disconnect(session, reason)
+        ended = self.registry.disconnect(session, reason)
+        if self.cluster is not None:
+            self.cluster.disconnect(session)
+        return ended
 
     def set_state(self, agent_id: str, session_id: Any, state: Any) -> None:
         if state not in STATES:
@@ -229,3 +244,15 @@ class Delivery:
             if not allowed:
                 raise NotFound("unknown agent", code="unknown_agent")
             return cursors_store.owed_of(tx, agent_id)
+
+
+class _LeaderWakes:
+    """Cluster: the consumer's wake requests go to the leader's dispatcher (one coalescing
+    window for the whole cluster); on the leader they are local calls."""
+
+    def __init__(self, cluster: Any, wakers: WakeDispatcher) -> None:
+        self.cluster = cluster
+        self.wakers = wakers
+
+    def request(self, agent_id: str, wake_json: str | None, reason: str) -> None:
+        self.cluster.request_wake(self.wakers, agent_id, wake_json, reason)

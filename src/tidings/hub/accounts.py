@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import BadRequest, Conflict, NotFound
 from ..ids import new_id
 from ..store import accounts as accounts_store
+from ..store import nodes as nodes_store
 from ..store import channels as channels_store
 from ..store import cursors as cursors_store
 from ..store.engine import Store, Tx, is_integrity_error
@@ -185,6 +186,7 @@ def bootstrap(store: Store, admin_token: str | None = None) -> str | None:
     """
     chosen = admin_token or os.environ.get("TIDINGS_ADMIN_TOKEN") or None
     with store.write() as tx:
+        nodes_store.serialize_bootstrap(tx)
         if accounts_store.admin_token_exists(tx):
             return None
         now = store.now_ms()

@@ -11,7 +11,7 @@ recovery scan is for).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..bus import Bus
 from ..errors import BadRequest, Forbidden, NotFound
@@ -70,6 +70,8 @@ class Posting:
         self.store = store
         self.bus = bus
         self.faults = faults or store.faults
+        #: Cluster (PostgreSQL): ``ClusterNode.notify_posted``, run inside the post transaction.
+        self.notify_in_tx: Callable[[Tx, MessagePosted], None] | None = None
 
     def post(
         self,
@@ -149,6 +151,8 @@ class Posting:
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
+        if self.notify_in_tx is not None:  # cluster hook: other nodes learn of it at this commit
+            self.notify_in_tx(tx, event)
         tx.after_commit(lambda: self._publish(event))
         row = {
             "id": message_id,

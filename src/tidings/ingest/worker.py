@@ -65,6 +65,7 @@ from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..store import inbox as inbox_store
+from . import cluster_drain
 from ..store.engine import Dedicated, Store, Tx, is_integrity_error, is_transient
 from .backoff import ATTEMPTS, RETRY_BASE_MS, RETRY_MAX_MS, TRANSIENT_SLEEPS_MS, RetrySchedule
 from .counters import INGEST_COUNTERS, BridgeCounters
@@ -276,6 +277,9 @@ class Worker:
         self._resolved = False
         self._unavailable_logged = False
         self._platforms: dict[str, str] = {}  # bridge id -> platform (bridges never change or go)
+        #: Cluster (PostgreSQL, several nodes draining one inbox): each drained frame takes its
+        #: bridge's lock first (``cluster_drain``). Set by ``cluster.node.attach``.
+        self.across_nodes = False
         self._decode_objects = False  # the decoder takes a parsed payload object (decode_frame)
         self._conn: Dedicated | None = None
         self._cur = _Attempt()  # the drain thread's current frame (counters, logs)
@@ -568,6 +572,10 @@ class Worker:
             row = inbox_store.load_unprocessed(tx, inbox_id)
             if row is None:
                 return GONE, None
+            if self.across_nodes:  # cluster: drains of one bridge on several nodes, one frame at a time
+                row = cluster_drain.claim_frame(tx, inbox_id, row)
+                if row is None:
+                    return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
         if doc is not None and self._decode_objects:
             payload = doc

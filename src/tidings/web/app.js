@@ -600,7 +600,7 @@
         el("td", { class: "sub" }, a.owner_handle ? `@${a.owner_handle}` : "—"),
         el("td", null,
           el("span", { class: `state ${a.live ? "live" : "offline"}`, dataset: { state: a.live ? "live" : "offline" } },
-            el("span", { class: "dot", "aria-hidden": "true" }), a.live ? "live" : "offline")),
+            el("span", { class: "dot", "aria-hidden": "true" }), a.live ? (a.node ? `live on ${a.node}` : "live") : "offline")),
         el("td", { class: `num owed${a.owed ? " has-owed" : ""}`, dataset: { owed: a.owed },
           title: "mentions owed to this agent (not yet acked)" }, a.owed)));
     }
