@@ -140,3 +140,19 @@ def test_the_endpoint_survives_a_second_run_of_the_app(world):
     for _ in range(2):
         with LiveServer(app) as server:
             assert len(anyio.run(listed, server.url)) == 2
+
+
+def test_tools_take_a_channel_by_its_name(hub):
+    """``#name`` works wherever a tool expects a channel id (D55)."""
+    from mcp_scenario import call, fails
+
+    async def main():
+        async with mcp_http(hub.url, hub.token("bot")) as client:
+            posted = await call(client, "post_message", channel_id="#general", text="by name")
+            assert posted["message"]["channel_id"] == hub.channels["general"]
+            read = await call(client, "read_messages", channel_id="#general")
+            assert read["channel_id"] == hub.channels["general"]
+            assert read["messages"][-1]["id"] == posted["message"]["id"]
+            assert "unknown_channel" in await fails(client, "read_messages", channel_id="#private")
+
+    anyio.run(main)

@@ -4,8 +4,9 @@ is expected, ``#name`` (or the bare name) wherever a channel id is. Ids keep wor
 * ``@handle`` is case-folded (handles are stored folded); an unknown one is 404
   ``unknown_account``.
 * ``#name`` names a channel the caller can see (``channels.visible_channel``). A value
-  without ``#`` is an id when a channel has that id, else it is read as a name too, so
-  ``/api/v1/channels/general/messages`` works. In a URL path ``#`` must be written ``%23``.
+  without ``#`` is an id when it starts with ``ch_`` or a channel has that id, else it is
+  read as a name too, so ``/api/v1/channels/general/messages`` works. In a URL path ``#``
+  must be written ``%23``.
 * Names are not unique: a name that matches no visible channel is 404 ``unknown_channel``
   (whether or not an invisible one exists), one that matches several visible channels is
   409 ``ambiguous_channel`` listing their ids.
@@ -76,8 +77,10 @@ def channel_id(tx: Tx, who: Principal, ref: Any) -> Any:
 
 
 def resolve_channel(store: Store, who: Principal, ref: Any) -> Any:
-    """``channel_id`` in its own read transaction (an id needs one lookup, a name a few)."""
-    if not isinstance(ref, str) or not ref:
+    """``channel_id`` in its own read transaction; a value shaped like an id (``ch_``) is
+    returned without a read (the hot path: every post by id), so a channel whose NAME
+    starts with ``ch_`` is reached as ``#ch_…``."""
+    if not isinstance(ref, str) or not ref or ref.startswith("ch_"):
         return ref
     with store.read() as tx:
         return channel_id(tx, who, ref)
