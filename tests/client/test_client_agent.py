@@ -49,6 +49,7 @@ def test_handler_gets_deliver_and_steer_and_the_ack_follows_its_return(world, ag
     event = recorder.events[1]
     assert (event.kind, event.is_steer, event.channel_id, event.text) == (
         "steer", True, world.gap, "@bot what's for dinner?")
+    hub.runtime.delivery.wait_idle()  # the steer is queued before its owed row's flush commits
     assert hub.owed(bot["id"]) == [s]  # still owed while the handler runs
     gates["steer"].set()
     assert wire.wait_for("ack", s)
