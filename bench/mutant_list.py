@@ -496,8 +496,8 @@ add("mentions.author_counts", MENTIONS,
     t(DMENT, "test_resolution_counts_agent_members_only_never_the_author"),
     why="an agent's @everyone steers the agent itself")
 add("deliver.no_dedupe_against_the_sweep", CONSUMER,
-    '        if message["seq"] <= session.floors.get(message["channel_id"], -1):',
-    "        if False:",
+    '        if message["seq"] <= session.floors.get(message["channel_id"], -1):\n            # Already swept',
+    "        if False:\n            # Already swept",
     DCORE, DSWEEP,
     why="a post swept at start and then published live is delivered twice")
 add("deliver.overtakes_the_sweep", CONSUMER,
@@ -608,3 +608,48 @@ add("mentions.reads_ask_questions", MENTIONS,
     '                q["text"] for q in block["ask"]["questions"])',
     t(DPINS, "test_the_mention_grammar_never_reads_ask_questions"),
     why="a question in an ask block mentions (steers or owes) the agents it names")
+# == issue 15: mentions steer on every path (D54), references (D55), MCP refusals (D56), demo (D57)
+CATCHUP = "tests/delivery/test_catch_up_mentions.py"
+REFS_TESTS = "tests/test_api_refs.py"
+add("catchup.mention_delivered_not_steered", CONSUMER,
+    '        return Dispatch("steer" if mentioned else "deliver", public_message(row), row["channel_id"], mentioned)',
+    '        return Dispatch("deliver", public_message(row), row["channel_id"], mentioned)',
+    t(CATCHUP, "test_a_subscribed_offline_agents_missed_mention_comes_back_as_a_steer_in_cursor_order"),
+    why="a subscribed agent's missed mention comes back as a plain deliver (issue 15's tour step 4)")
+add("catchup.owed_steered_twice", CONSUMER,
+    "            elif channel_id in acked and acked[channel_id] < seq <= session.floors.get(channel_id, -1):",
+    "            elif False:",
+    t(CATCHUP, "test_an_owed_mention_swept_by_the_cursors_is_steered_once"),
+    why="one start sweep steers an owed mention twice (cursor sweep, then owed sweep)")
+add("catchup.live_steer_overtakes_the_sweep", CONSUMER,
+    '            if session.phase == PHASE_CURSOR:\n                self.counters.incr("steer_deferred")',
+    '            if False:\n                self.counters.incr("steer_deferred")',
+    t(CATCHUP, "test_a_live_mention_while_the_session_catches_up_waits_for_the_sweep_in_order"),
+    why="a live steer overtakes the catch-up and is then steered again by it")
+add("catchup.swept_steer_pushed_again", CONSUMER,
+    '            if message["seq"] <= session.floors.get(message["channel_id"], -1):\n                self.counters.incr("steer_deduped")',
+    '            if False:\n                self.counters.incr("steer_deduped")',
+    t(CATCHUP, "test_a_mention_committed_before_the_sweep_read_it_is_steered_once"),
+    why="a mention the start sweep already steered is pushed again live")
+add("dispatch.mentions_you_constant", "src/tidings/delivery/sessions.py",
+    '                "mentions_you": self.mentions_you}', '                "mentions_you": True}',
+    t(CATCHUP, "test_live_dispatches_carry_mentions_you"),
+    why="every dispatch claims to mention its recipient")
+add("refs.names_not_resolved", "src/tidings/hub/refs.py",
+    "    return seen[0]\n", "    return ref\n",
+    t(REFS_TESTS, "test_handles_and_names_work_wherever_ids_do"),
+    why="#name and bare names in paths are 404s again")
+add("refs.not_a_member_is_404", "src/tidings/hub/posting.py",
+    "            if channels_store.owns_an_agent_member(tx, channel_id, author_id):",
+    "            if False:",
+    t(REFS_TESTS, "test_not_a_member_is_403_when_you_can_see_the_channel_and_404_when_you_cannot"),
+    why="posting where you can see but are not a member says 'unknown channel'")
+add("mcp.refusal_not_jsonrpc", "src/tidings/mcp/http.py",
+    "            response = await refusal(request, exc)",
+    "            response = error_response(exc.status, exc.code, exc.message)",
+    t("tests/mcp/test_mcp_http.py", "test_the_sdk_client_shows_why_its_token_was_refused"),
+    why="the MCP SDK client shows 'Server returned an error response' instead of the reason")
+add("demo.duplicates_the_sample", "src/tidings/ingest/demo.py",
+    '_data(t[0], "Anyone up for a hike on Saturday?")', '_data(t[0], "Who\'s cooking tonight?")',
+    t("tests/test_links.py", "test_the_demo_then_the_sample_capture_show_each_message_once_and_one_name_per_identity"),
+    why="the demo seeds a message the sample capture brings again")

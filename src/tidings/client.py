@@ -135,13 +135,15 @@ class Event:
     """One ``deliver`` or ``steer`` handed to the handler.
 
     ``kind`` is ``"deliver"`` (a message in a channel the agent follows) or ``"steer"`` (the
-    agent was @mentioned); ``message`` is the CONTRACT ``Message`` object.
+    agent was @mentioned, live or while it was away); ``message`` is the CONTRACT
+    ``Message`` object; ``mentions_you`` is the server's ``mentions_you`` flag.
     """
 
     kind: str
     message: dict[str, Any]
     channel_id: str
     session_id: str | None = None
+    mentions_you: bool = False
 
     @property
     def message_id(self) -> str:
@@ -648,7 +650,8 @@ class Agent:
             log.debug("duplicate %s %s re-acked, not handled again", kind, message_id)
             self._ack_quietly(message_id)
             return
-        event = Event(kind, message, str(data.get("channel_id") or message.get("channel_id") or ""), self._session_id)
+        event = Event(kind, message, str(data.get("channel_id") or message.get("channel_id") or ""), self._session_id,
+                      data.get("mentions_you") is True)
         self._begin_turn()
         try:
             assert self._handler is not None

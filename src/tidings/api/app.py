@@ -45,7 +45,7 @@ def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_run
             if manage_runtime:
                 runtime.stop()
 
-    app = FastAPI(title="Tidings", version="0.1.0", lifespan=lifespan, docs_url="/api/docs", redoc_url=None)
+    app = FastAPI(title="Tidings", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     app.state.lifespans = []
 
@@ -85,7 +85,7 @@ def _extensions():
     from importlib import import_module
 
     out = []
-    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.pins_asks", "tidings.api.web", "tidings.mcp.http"):
+    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http"):
         try:
             module = import_module(module_name)
         except ModuleNotFoundError as exc:

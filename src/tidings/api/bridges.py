@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from ..errors import BadRequest
 from ..hub.tokens import Principal
 from ..ingest import bridges as bridges_hub
+from ..hub import refs
 from . import deps
 
 router = APIRouter()
@@ -41,7 +42,7 @@ def create_bridge(
     if unknown:
         raise BadRequest(f"unknown fields: {sorted(unknown)}")
     return bridges_hub.create_bridge(
-        deps.runtime(request).store, platform=body.get("platform"), name=body.get("name"), owner=body.get("owner")
+        deps.runtime(request).store, platform=body.get("platform"), name=body.get("name"), owner=refs.resolve_account(deps.runtime(request).store, body.get("owner"))
     )
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from ..errors import NotFound
 from ..hub.tokens import Principal
 from ..store.sql import Stmt
+from ..hub import refs
 from . import deps
 
 router = APIRouter()
@@ -19,7 +20,10 @@ _BRIDGE_EXISTS = Stmt("SELECT 1 FROM bridges WHERE id = :id")
 def create_link(
     bridge_id: str, request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.admin)
 ) -> dict[str, Any]:
-    return deps.runtime(request).links.link(who, bridge_id, body)
+    rt = deps.runtime(request)
+    if "channel_id" in body:  # "#name" works here too (D55)
+        body = {**body, "channel_id": refs.resolve_channel(rt.store, who, body["channel_id"])}
+    return rt.links.link(who, bridge_id, body)
 
 
 @router.get("/api/v1/bridges/{bridge_id}/links")

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from ..errors import Forbidden, NotFound
 from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
+from ..hub import refs
 from ..hub.channels import public_message
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
@@ -42,7 +43,7 @@ def create_account(
         kind=body.get("kind"),
         handle=body.get("handle"),
         display_name=body.get("display_name"),
-        owner=body.get("owner"),
+        owner=refs.resolve_account(deps.runtime(request).store, body.get("owner")),
         wake=body.get("wake"),
         created_by=who.account_id,
     )
@@ -50,9 +51,12 @@ def create_account(
 
 
 @router.get("/api/v1/accounts")
-def list_accounts(request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
+def list_accounts(request: Request, handle: str | None = None, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
     with deps.runtime(request).store.read() as tx:
         rows = accounts_store.accounts(tx)
+    if handle is not None:  # ?handle=alice or ?handle=@alice (D55)
+        wanted = handle.removeprefix("@").casefold()
+        rows = [r for r in rows if r["handle"] == wanted]
     return {"accounts": [accounts_hub.public_account(r) for r in rows]}
 
 
@@ -78,14 +82,17 @@ def create_channel(
         deps.runtime(request).store,
         who,
         name=body.get("name"),
-        members=body.get("members"),
+        members=refs.resolve_account_lists(deps.runtime(request).store, body, ("members",)).get("members"),
         mandatory_subscription=body.get("mandatory_subscription", False),
     )
 
 
 @router.get("/api/v1/channels")
-def list_channels(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
-    return {"channels": channels_hub.list_channels(deps.runtime(request).store, who)}
+def list_channels(request: Request, name: str | None = None, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
+    rows = channels_hub.list_channels(deps.runtime(request).store, who)
+    if name is not None:  # ?name=general or ?name=%23general (D55)
+        rows = [c for c in rows if c["name"] == name.removeprefix("#")]
+    return {"channels": rows}
 
 
 @router.post("/api/v1/channels/{channel_id}/members")
@@ -95,12 +102,15 @@ def update_members(
     body: dict = Depends(deps.json_object),
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    return channels_hub.update_members(deps.runtime(request).store, who, channel_id, body)
+    store = deps.runtime(request).store
+    body = refs.resolve_account_lists(store, body, ("add", "subscribe", "unsubscribe", "remove"))
+    return channels_hub.update_members(store, who, refs.resolve_channel(store, who, channel_id), body)
 
 
 @router.get("/api/v1/channels/{channel_id}/members")
 def list_members(channel_id: str, request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
-    return {"members": channels_hub.channel_members(deps.runtime(request).store, who, channel_id)}
+    store = deps.runtime(request).store
+    return {"members": channels_hub.channel_members(store, who, refs.resolve_channel(store, who, channel_id))}
 
 
 @router.get("/api/v1/channels/{channel_id}/messages")
@@ -111,7 +121,8 @@ def list_messages(
     limit: str | None = None,
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    rows = channels_hub.list_messages(deps.runtime(request).store, who, channel_id, after_seq, limit)
+    store = deps.runtime(request).store
+    rows = channels_hub.list_messages(store, who, refs.resolve_channel(store, who, channel_id), after_seq, limit)
     return {"messages": rows}
 
 
@@ -134,7 +145,7 @@ def post_message(
     rt = deps.runtime(request)
     row, inserted = rt.posting.post(
         author_id=who.account_id,
-        channel_id=channel_id,
+        channel_id=refs.resolve_channel(rt.store, who, channel_id),
         text=body.get("text"),
         blocks=body.get("blocks"),
         topic=body.get("topic"),

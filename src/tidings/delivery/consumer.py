@@ -97,13 +97,14 @@ from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
 from ..hub.events import AskAnswered, MessagePosted, PinsChanged
+from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
 from ..store import delivery as delivery_store
 from ..store.delivery import ChannelAgent
 from ..store.engine import Dedicated, Store
 from . import asks as answer_delivery
 from . import pins as pin_sweep
-from .mentions import mention_handles, resolve_mentioned
+from .mentions import mention_handles, mentions_agent, resolve_mentioned
 from .sessions import (
     OFFER_CLOSED,
     OFFER_FULL,
@@ -649,7 +650,7 @@ class Consumer:
                 session = self.live.get(agent.id)
                 if not agent.in_sweep and (session is None or self.options.owe_live_gap):
                     self._unit.owe(message_id, agent.id, channel_id)
-                if session is not None and self._steer(session, message):
+                if session is not None and self._steer(session, message, in_sweep=agent.in_sweep):
                     continue
                 if session is None or session.closed:
                     self._unit.wake(agent, "mention")
@@ -677,8 +678,17 @@ class Consumer:
         else:
             self._refused(session, outcome, message)
 
-    def _steer(self, session: Session, message: dict[str, Any]) -> bool:
-        outcome = session.offer(Dispatch("steer", message, message["channel_id"]))
+    def _steer(self, session: Session, message: dict[str, Any], *, in_sweep: bool = False) -> bool:
+        if in_sweep:
+            # The cursor sweep carries this message and steers it in order (D54): while it
+            # catches up, or once it has passed this seq, a live push would be a duplicate.
+            if session.phase == PHASE_CURSOR:
+                self.counters.incr("steer_deferred")
+                return True
+            if message["seq"] <= session.floors.get(message["channel_id"], -1):
+                self.counters.incr("steer_deduped")
+                return True
+        outcome = session.offer(Dispatch("steer", message, message["channel_id"], True))
         if outcome == OFFER_OK:
             self.counters.incr("steered")
             self._note_sent(session, message)
@@ -837,6 +847,7 @@ class Consumer:
         assert self._db is not None
         agent_id = session.agent_id
         budget = self.options.sweep_page
+        me: ChannelAgent | None = None
         with self._db.read() as tx:
             for cur in delivery_store.sweep_cursors(tx, agent_id):
                 channel_id = cur.channel_id
@@ -846,30 +857,54 @@ class Consumer:
                 for row in rows:
                     seq = row["channel_seq"]
                     if seq not in cur.above and row["deleted_at_ms"] is None:
-                        outcome = pin_sweep.offer_swept(session, public_message(row), channel_id)
+                        if me is None:
+                            me = self._recipient(tx, agent_id)
+                        dispatch = self._catch_up_dispatch(row, me)
+                        outcome = pin_sweep.offer_swept(session, dispatch)
                         if outcome != OFFER_OK:
                             self.counters.incr("dispatch_refused")
                             return outcome == OFFER_CLOSED
-                        self.counters.incr("delivered")
+                        self.counters.incr("steered" if dispatch.kind == "steer" else "delivered")
                     session.floors[channel_id] = seq
                 budget -= len(rows)
                 if budget <= 0:
                     return False
         return True
 
+    @staticmethod
+    def _recipient(tx: Any, agent_id: str) -> ChannelAgent:
+        """The sweeping agent as mention resolution sees it (a member of its sweep set)."""
+        account = accounts_store.account(tx, agent_id)
+        return ChannelAgent(agent_id, account["handle"] if account else "", None, True)
+
+    @staticmethod
+    def _catch_up_dispatch(row: dict[str, Any], me: ChannelAgent) -> Dispatch:
+        """A cursor-swept message: a steer when it mentions the agent (the one grammar), a
+        deliver otherwise, so catch-up keeps the steer-only rule of live sessions (D54)."""
+        mentioned = mentions_agent(mention_handles(row["blocks"]), me, row["author_account_id"])
+        return Dispatch("steer" if mentioned else "deliver", public_message(row), row["channel_id"], mentioned)
+
     def _owed_page(self, session: Session) -> bool:
         """Steer up to one page of the agent's owed mentions; owed rows of deleted
-        messages are cleared instead (they would be re-logged at every start)."""
+        messages are cleared instead (they would be re-logged at every start). A row the
+        cursor sweep of this session already dispatched (a sweep-set channel, above the
+        cursor's acked seq, at or below the sweep's floor) is not steered twice (D54)."""
         assert self._db is not None
         after_channel, after_seq = session.owed_after
         page = self.options.sweep_page
         with self._db.read() as tx:
             rows = cursors_store.owed_page(tx, session.agent_id, after_channel, after_seq, page)
+            acked = {c.channel_id: c.acked_seq for c in delivery_store.sweep_cursors(tx, session.agent_id)} if rows else {}
         vanished: list[str] = []
         finished = len(rows) < page
         for row in rows:
-            if row["deleted_at_ms"] is None:
-                outcome = session.offer(Dispatch("steer", public_message(row), row["channel_id"]))
+            channel_id, seq = row["channel_id"], row["channel_seq"]
+            if row["deleted_at_ms"] is not None:
+                vanished.append(row["id"])
+            elif channel_id in acked and acked[channel_id] < seq <= session.floors.get(channel_id, -1):
+                self.counters.incr("steer_deduped")
+            else:
+                outcome = session.offer(Dispatch("steer", public_message(row), row["channel_id"], True))
                 if outcome != OFFER_OK:
                     self.counters.incr("dispatch_refused")
                     finished = outcome == OFFER_CLOSED
@@ -877,8 +912,6 @@ class Consumer:
                 self.counters.incr("steered")
                 if self.cluster is not None:
                     self._owed_steered.setdefault(session.session_id, set()).add(row["id"])
-            else:
-                vanished.append(row["id"])
             session.owed_after = (row["channel_id"], row["channel_seq"])
         if vanished:
             with self._strict_write() as tx:

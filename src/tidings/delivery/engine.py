@@ -58,6 +58,8 @@ COUNTERS = (
     "dispatch_refused",
     "deliver_deferred",
     "deliver_deduped",
+    "steer_deferred",
+    "steer_deduped",
     "route_failures",
     "flush_failures",
     "scans",

@@ -18,7 +18,7 @@ Pinning or unpinning while a session is live sends it a ``pin`` notice (not a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -75,14 +75,16 @@ def begin(consumer: "Consumer", session: Session) -> None:
     session.extras[_PENDING] = pending
 
 
-def offer_swept(session: Session, message: dict[str, Any], channel_id: str) -> str:
-    """The cursor sweep's deliver: flagged ``pinned`` when this start still owes it as a
+def offer_swept(session: Session, dispatch: Dispatch) -> str:
+    """The cursor sweep's dispatch: flagged ``pinned`` when this start still owes it as a
     pin, which it then no longer does."""
     pending: dict[str, str] = session.extras.get(_PENDING) or {}
-    pinned = message["id"] in pending
-    outcome = session.offer(Dispatch("deliver", message, channel_id, pinned=pinned))
+    pinned = dispatch.message_id in pending
+    if pinned:
+        dispatch = replace(dispatch, pinned=True)
+    outcome = session.offer(dispatch)
     if pinned and outcome == OFFER_OK:
-        del pending[message["id"]]
+        del pending[dispatch.message_id]
     return outcome
 
 
@@ -94,12 +96,14 @@ def sweep_pins(consumer: "Consumer", session: Session) -> bool:
         return True
     with consumer._db.read() as tx:
         rows = delivery_store.messages_by_ids(tx, list(pending))
+        me = consumer._recipient(tx, session.agent_id)
     for message_id, channel_id in list(pending.items()):
         row = rows.get(message_id)
         if row is None or row["deleted_at_ms"] is not None:
             del pending[message_id]
             continue
-        outcome = session.offer(Dispatch("deliver", public_message(row), channel_id, pinned=True))
+        mentioned = consumer._catch_up_dispatch(row, me).mentions_you
+        outcome = session.offer(Dispatch("deliver", public_message(row), channel_id, mentioned, pinned=True))
         if outcome != OFFER_OK:
             consumer.counters.incr("dispatch_refused")
             return outcome == OFFER_CLOSED

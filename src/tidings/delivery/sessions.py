@@ -38,8 +38,9 @@ OFFER_OK = "ok"
 OFFER_FULL = "full"
 OFFER_CLOSED = "closed"
 
-#: Sweep phases (consumer-thread state): a new session first walks its cursors (deliver),
-#: then its owed mentions (steer), then takes live dispatches.
+#: Sweep phases (consumer-thread state): a new session first walks its cursors (deliver,
+#: or steer for a message that mentions it), then its owed mentions (steer), then takes
+#: live dispatches.
 PHASE_NEW = "new"
 PHASE_CURSOR = "cursor"
 PHASE_OWED = "owed"
@@ -97,6 +98,8 @@ class Dispatch:
     kind: str  # "deliver" | "steer"
     message: dict[str, Any]  # hub.channels.public_message(row)
     channel_id: str
+    #: The message mentions this recipient (the one grammar); a steer always does (D54).
+    mentions_you: bool = False
     pinned: bool = False  # a pin of the start sweep (delivery/pins.py)
 
     @property
@@ -104,7 +107,8 @@ class Dispatch:
         return self.message["id"]
 
     def payload(self) -> dict[str, Any]:
-        out = {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
+        out = {"type": self.kind, "message": self.message, "channel_id": self.channel_id,
+               "mentions_you": self.mentions_you}
         if self.pinned:
             out["pinned"] = True
         return out

@@ -26,7 +26,11 @@ MAX_LIST = 1000
 
 
 def visible_channel(tx: Tx, principal: Principal, channel_id: Any) -> dict[str, Any]:
-    """The channel row if ``principal`` may see it; NotFound otherwise (no existence leak)."""
+    """The channel row if ``principal`` may see it; NotFound otherwise (no existence leak).
+
+    The admin sees every channel, a member its channels, and a person the channels one of
+    its agents is a member of (D55: it may read them; acting as a member is 403
+    ``not_a_member``)."""
     if not isinstance(channel_id, str):
         raise NotFound("unknown channel", code="unknown_channel")
     row = channels_store.channel(tx, channel_id)
@@ -34,9 +38,19 @@ def visible_channel(tx: Tx, principal: Principal, channel_id: Any) -> dict[str, 
         raise NotFound("unknown channel", code="unknown_channel")
     if principal.is_admin:
         return row
-    if principal.account_id is None or channels_store.membership(tx, channel_id, principal.account_id) is None:
+    if principal.account_id is None:
+        raise NotFound("unknown channel", code="unknown_channel")
+    if channels_store.membership(tx, channel_id, principal.account_id) is None and not (
+        principal.kind == "human" and channels_store.owns_an_agent_member(tx, channel_id, principal.account_id)
+    ):
         raise NotFound("unknown channel", code="unknown_channel")
     return row
+
+
+def require_member(tx: Tx, principal: Principal, channel_id: str) -> None:
+    """A caller that can see the channel but is not in it: 403 ``not_a_member`` (D55)."""
+    if principal.account_id is None or channels_store.membership(tx, channel_id, principal.account_id) is None:
+        raise Forbidden("you can see this channel but are not a member of it", code="not_a_member")
 
 
 def _id_list(value: Any, field: str) -> list[str]:
@@ -110,6 +124,8 @@ def update_members(store: Store, principal: Principal, channel_id: Any, body: di
         now = store.now_ms()
         channel = visible_channel(tx, principal, channel_id)
         cid = channel["id"]
+        if add and not principal.is_admin:
+            require_member(tx, principal, cid)
         rows = _require_accounts(tx, {*add, *subscribe, *unsubscribe, *remove})
         for account_id in {*subscribe, *unsubscribe, *remove}:
             _check_may_manage(tx, principal, channel, rows[account_id])

@@ -121,6 +121,8 @@ class Posting:
         if channels_store.membership(tx, channel_id, author_id) is None:
             if is_admin:
                 raise Forbidden("the admin is not a member of this channel", code="not_a_member")
+            if channels_store.owns_an_agent_member(tx, channel_id, author_id):  # it can see it (D55)
+                raise Forbidden("you can see this channel but are not a member of it", code="not_a_member")
             raise NotFound("unknown channel", code="unknown_channel")
         if channel["post_policy"] == "owner_only" and channel["owner_account_id"] != author_id:
             raise Forbidden("only the channel owner may post here", code="post_policy")

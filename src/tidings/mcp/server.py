@@ -42,6 +42,7 @@ from pydantic import Field
 from ..api import conversations as conversations_api
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
+from ..hub import refs
 from ..hub.tokens import Principal
 from ..store import bridge_messages
 from ..store import inbox as inbox_store
@@ -121,6 +122,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         Pass ``next_after_seq`` back as ``after_seq`` to continue; ``has_more`` says the
         page was full. Seqs are gap-free per channel, so nothing is ever skipped."""
         who = agent(ctx)
+        channel_id = refs.resolve_channel(store, who, channel_id)  # "#name" works too (D55)
         rows = channels_hub.list_messages(store, who, channel_id, after_seq, limit)
         with store.read() as tx:
             out: dict[str, Any] = _mark_channel_messages(tx, rows)
@@ -143,6 +145,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         reach that agent. With a ``client_request_id``, a retry returns the stored message
         with ``inserted: false`` and is never delivered twice."""
         who = agent(ctx)
+        channel_id = refs.resolve_channel(store, who, channel_id)  # "#name" works too (D55)
         row, inserted = runtime.posting.post(
             author_id=who.account_id, channel_id=channel_id, text=text, client_request_id=client_request_id
         )

@@ -21,6 +21,21 @@
     "stale_replays", "reactions_applied", "reactions_removed", "reactions_orphaned", "mutations"];
   const DELIVERY_KEYS = ["live_sessions", "delivered", "steered", "owed_recorded", "owed_cleared", "woken",
     "held", "held_now", "settled", "scan_recovered", "acks"];
+  // Human labels for the status counters; the raw counter name is the label's tooltip.
+  const COUNTER_LABELS = {
+    backlog: "frames waiting", deferred_now: "frames backing off now", appended: "frames received",
+    deduped: "duplicate frames", decoded_events: "events decoded", projected: "frames applied",
+    quarantined: "frames quarantined", deferred: "frames deferred (retry later)",
+    stale_replays: "stale replays ignored", reactions_applied: "reactions added",
+    reactions_removed: "reactions removed", reactions_orphaned: "reactions to unknown messages",
+    mutations: "edits and deletes", live_sessions: "agents connected", delivered: "messages delivered",
+    steered: "mentions steered", owed_recorded: "mentions owed", owed_cleared: "owed mentions acked",
+    woken: "agents woken", held: "agent posts held mid-turn", held_now: "agent posts held now",
+    settled: "held posts sent after the turn", scan_recovered: "messages routed by the recovery scan",
+    acks: "acks", head_seq: "events published", overruns: "subscriber overruns",
+  };
+  // The mention grammar's reserved pings that reach every agent member.
+  const EVERY_AGENT = new Set(["everyone", "agents"]);
 
   const state = {
     token: null,
@@ -32,6 +47,8 @@
     messages: new Map(), // message id -> message, for the selected channel
     lastSeq: 0, // highest seq loaded for the selected channel
     names: new Map(), // account id -> {handle, kind}
+    agentHandles: new Set(), // handles of the open channel's agent members (real mentions)
+    membersOf: null, // the channel whose members were last loaded (else the tick retries)
     isMember: false,
     quarantineSeen: new Map(), // bridge id -> quarantined_total when its list was read
     stream: null,
@@ -238,6 +255,7 @@
     const ch = state.channels.get(state.selected);
     if (changed) await openChannel(state.selected, true);
     else if (ch && ch.head_seq > state.lastSeq) await catchUp(state.selected);
+    if (!changed && state.selected && state.membersOf !== state.selected) await loadMembers(state.selected);
     renderChannels();
     await refreshPanels();
   }
@@ -332,6 +350,8 @@
       state.messages.clear();
       state.lastSeq = Math.max(0, ch.head_seq - PAGE);
       clear($("messages"));
+      state.agentHandles = new Set();
+      state.membersOf = null;
       regroup();
       renderHeader();
       $("composer-note").textContent = "";
@@ -348,9 +368,15 @@
       const myId = state.me && state.me.account ? state.me.account.id : null;
       state.isMember = data.members.some((m) => m.account_id === myId);
       for (const m of data.members) state.names.set(m.account_id, { handle: m.handle, kind: m.kind });
+      state.agentHandles = new Set(data.members.filter((m) => m.kind === "agent").map((m) => m.handle));
+      state.membersOf = id;
       renderNames();
+      renderMentions();
     } catch (err) {
       if (err.status === 401) return;
+      // A lost answer (network, 5xx) is retried by the next tick; only a refusal means
+      // "not a member" for sure.
+      if (!(err.status >= 400 && err.status < 500)) console.warn("members not loaded:", err.message);
       state.isMember = false;
     }
     const composer = $("composer");
@@ -444,12 +470,31 @@
     return "";
   }
 
+  // A real mention is one the hub routes (delivery/mentions.py): an agent member's handle,
+  // or @everyone / @agents in a channel with agents. Anything else (@nobody, a person) is text.
+  function isRealMention(handle) {
+    const h = handle.toLowerCase();
+    return state.agentHandles.has(h) || (EVERY_AGENT.has(h) && state.agentHandles.size > 0);
+  }
+
+  function markMention(node) {
+    const real = isRealMention(node.dataset.handle);
+    node.classList.toggle("mention", real);
+    node.title = real ? "mentions an agent of this channel" : "";
+  }
+
+  function renderMentions() {
+    for (const node of document.querySelectorAll("#messages .handle-ref")) markMention(node);
+  }
+
   function textWithMentions(text) {
     const frag = document.createDocumentFragment();
     let last = 0;
     for (const match of text.matchAll(MENTION_RE)) {
       if (match.index > last) frag.append(document.createTextNode(text.slice(last, match.index)));
-      frag.append(el("span", { class: "mention" }, match[0]));
+      const node = el("span", { class: "handle-ref", dataset: { handle: match[1] } }, match[0]);
+      markMention(node);
+      frag.append(node);
       last = match.index + match[0].length;
     }
     if (last < text.length) frag.append(document.createTextNode(text.slice(last)));
@@ -674,7 +719,8 @@
     const section = (title, items) => el("div", { class: "status-section" },
       el("h3", null, title),
       el("dl", { class: "kv" }, items.map(([k, v]) => el("div", { class: `kv-item${v ? " nonzero" : ""}`, dataset: { stat: k } },
-        el("dt", null, k.replace(/_/g, " ")), el("dd", { class: "stat-value" }, v === undefined ? 0 : v)))));
+        el("dt", { title: k }, COUNTER_LABELS[k] || k.replace(/_/g, " ")),
+        el("dd", { class: "stat-value" }, v === undefined ? 0 : v)))));
     const holder = $("status");
     clear(holder);
     holder.append(
