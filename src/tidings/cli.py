@@ -37,6 +37,12 @@ def resolve_db(db: Optional[str], default: str = DEFAULT_DB) -> str:
     return db or os.environ.get("TIDINGS_DB") or default
 
 
+def _say(text: str) -> None:
+    """Print one line now (a pipe would otherwise hold it back, e.g. the admin token)."""
+    out.print(text, soft_wrap=True)
+    out.file.flush()
+
+
 def fail(message: str, code: int = 1) -> None:
     err.print(f"error: {message}", markup=False, highlight=False)
     raise typer.Exit(code)
@@ -50,31 +56,27 @@ def serve(
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
 ) -> None:
     """Run the whole hub: HTTP API, web page, MCP endpoint, ingest worker, delivery consumer."""
-    import uvicorn
-
     from . import logs
-    from .api import create_app
-    from .runtime import Runtime
+    from .serving import PortBusy, ServeOptions
+    from .serving import serve as run_serve
 
     logs.configure()
     url = resolve_db(db, DEMO_DB if demo else DEFAULT_DB)
+    token = "tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None
     try:
-        runtime = Runtime(url, admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None))
+        code = run_serve(ServeOptions(db_url=url, host=host, port=port, demo=demo, admin_token=token),
+                         _say)
+    except PortBusy as exc:
+        fail(str(exc))
     except ValueError as exc:
         fail(str(exc), 2)
     except Exception as exc:  # noqa: BLE001 - one-line reason, exit 1
         fail(f"cannot open the database {url!r}: {exc}")
-    base = f"http://{host}:{port}"
-    out.print(f"[bold]Tidings[/bold] on {base}  (database: {url})", soft_wrap=True)
-    if runtime.generated_admin_token:
-        out.print(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
-    if demo:
-        from .demo import seed_demo
-
-        guide = seed_demo(runtime, base)
-        out.print(guide, soft_wrap=True)
-    app_ = create_app(runtime, manage_runtime=True)
-    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+    # The engines are stopped and the store is closed. An idle AnyIO worker thread (not a
+    # daemon) would hold the interpreter's exit for seconds; nothing is left to wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command()
@@ -131,7 +133,14 @@ def ingest(
         if not token:
             fail("--url needs the bridge's --token (or TIDINGS_BRIDGE_TOKEN)", 2)
         sys.exit(run_ingest_http(file, bridge, url, token, out, err))
-    sys.exit(run_ingest(file, bridge, resolve_db(db), out, err))
+    from . import dbfiles
+
+    db_url = resolve_db(db)
+    existed = dbfiles.existed(db_url)
+    code = run_ingest(file, bridge, db_url, out, err)
+    if code != 0 and not existed:  # never leave a database this command created and could not use
+        dbfiles.remove(dbfiles.sqlite_path(db_url))
+    sys.exit(code)
 
 
 @app.command()

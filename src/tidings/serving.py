@@ -1,0 +1,131 @@
+"""``tidings serve``: bind first, then open the database, then speak; stop cleanly.
+
+Order of a start, each step only after the one before succeeded:
+
+1. bind and listen on the port: a busy port is refused here, before any database is
+   touched (also for ``--demo``), with one line and exit 1;
+2. open (and migrate) the database, build the runtime and the app; a new SQLite file that
+   then fails to open is removed again (``dbfiles.removed_on_failure``);
+3. print where it listens and, if one was generated, the admin token: it is shown only
+   once the port is ours, so it cannot be lost to a failed bind.
+
+On SIGINT or SIGTERM every open agent session gets ``end`` with reason ``shutdown`` at
+once (its SSE stream then closes), other streams get ``GRACE_S`` to finish, the engines
+stop (the app's lifespan), and the process exits 0 without a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import structlog
+import uvicorn
+
+log = structlog.get_logger("tidings.serve")
+
+GRACE_S = 1.0  # streams other than agent sessions (the web page's) get this long to finish
+
+
+class PortBusy(Exception):
+    pass
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; ``PortBusy`` with the reason when it cannot be had."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        raise PortBusy(f"cannot resolve {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise PortBusy(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+class HubServer(uvicorn.Server):
+    """uvicorn with a shutdown that first tells every agent session why it ends."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+        self._signalled = False
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self._signalled:
+            self._signalled = True
+            # not inside the signal handler: the handler may have interrupted a lock holder
+            threading.Thread(target=self._on_signal, name="tidings-shutdown", daemon=True).start()
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, minus re-raising the signal afterwards: a signal is a clean exit here."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+@dataclass
+class ServeOptions:
+    db_url: str
+    host: str = "127.0.0.1"
+    port: int = 7860
+    demo: bool = False
+    admin_token: str | None = None
+    log_level: str = "warning"
+
+
+def end_sessions(runtime: Any) -> None:
+    """Every open agent session: ``end`` with reason ``shutdown``."""
+    delivery = getattr(runtime, "delivery", None)
+    if delivery is not None:
+        n = delivery.registry.close_all("shutdown")
+        log.info("shutdown: sessions ended", sessions=n)
+
+
+def serve(options: ServeOptions, say: Callable[[str], None], build_app: Callable[[Any], Any] | None = None) -> int:
+    """Run the hub until a signal; the exit code. Raises ``PortBusy`` before touching the database."""
+    from . import dbfiles
+    from .api import create_app
+    from .runtime import Runtime
+
+    sock = bind(options.host, options.port)
+    try:
+        with dbfiles.removed_on_failure(options.db_url):
+            runtime = Runtime(options.db_url, admin_token=options.admin_token)
+        base = f"http://{options.host}:{options.port}"
+        say(f"[bold]Tidings[/bold] on {base}  (database: {options.db_url})")
+        if runtime.generated_admin_token:
+            say(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
+        if options.demo:
+            from .demo import seed_demo
+
+            say(seed_demo(runtime, base))
+        app = (build_app or (lambda rt: create_app(rt, manage_runtime=True)))(runtime)
+        config = uvicorn.Config(
+            app, lifespan="on", log_level=options.log_level, timeout_graceful_shutdown=GRACE_S
+        )
+        server = HubServer(config, on_signal=lambda: end_sessions(runtime))
+        server.run(sockets=[sock])
+        runtime.stop()  # idempotent; the lifespan already stopped it
+        return 0
+    finally:
+        sock.close()
