@@ -226,3 +226,8 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+from .cli_polish import install as _polish  # noqa: E402 - after every command is registered
+
+_polish(app)
