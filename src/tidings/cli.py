@@ -82,37 +82,31 @@ def serve(
 @app.command()
 def status(
     db: Optional[str] = DbOption,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    url: Optional[str] = typer.Option(None, "--url", help="A running hub's base URL: its live figures."),
+    token: Optional[str] = typer.Option(None, "--token", help="With --url: the admin token (env TIDINGS_ADMIN_TOKEN)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
-    """Show the counters of GET /api/status for a database."""
-    from .runtime import Runtime
+    """Show a hub's figures: live from a running hub (--url), or the durable ones from a database (--db)."""
+    from . import status_cli
 
-    url = resolve_db(db)
-    if not url.startswith(("postgres", "sqlite:")) and not Path(url).exists():
-        fail(f"no database at {url}", 1)
-    runtime = Runtime(url)
+    if url and db:
+        fail("give either --url (a running hub) or --db (the store), not both", 2)
     try:
-        data = runtime.status()
-    finally:
-        runtime.stop()
-    if as_json:
-        out.print_json(json.dumps(data))
-        return
-    for section, values in data.items():
-        table = Table(title=section, show_header=True)
-        table.add_column("counter")
-        table.add_column("value", justify="right")
-        for key, value in _flatten(values):
-            table.add_row(key, str(value))
-        out.print(table)
-
-
-def _flatten(values, prefix=""):
-    if isinstance(values, dict):
-        for key, value in values.items():
-            yield from _flatten(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), values
+        if url:
+            token = token or os.environ.get("TIDINGS_ADMIN_TOKEN")
+            if not token:
+                fail("--url needs the admin --token (or TIDINGS_ADMIN_TOKEN)", 2)
+            data = status_cli.from_url(url, token)
+        else:
+            db_url = resolve_db(db)
+            if not db_url.startswith(("postgres", "sqlite:")) and not Path(db_url).exists():
+                fail(f"no database at {db_url}", 1)
+            data = status_cli.from_db(db_url)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line, exit 1
+        fail(str(exc))
+    status_cli.render(data, out, as_json)
 
 
 @app.command()
