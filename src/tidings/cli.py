@@ -50,22 +50,36 @@ def fail(message: str, code: int = 1) -> None:
 
 @app.command()
 def serve(
+    config: Optional[Path] = typer.Option(None, "--config", help="A TOML configuration file (see tidings init)."),
     db: Optional[str] = DbOption,
-    host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
-    port: int = typer.Option(7860, help="TCP port."),
+    host: Optional[str] = typer.Option(None, help="Interface to bind (default 127.0.0.1, loopback)."),
+    port: Optional[int] = typer.Option(None, help="TCP port (default 7860)."),
+    metrics_bind: Optional[str] = typer.Option(None, "--metrics-bind", help="HOST:PORT: serve /metrics there, no token."),
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
 ) -> None:
     """Run the whole hub: HTTP API, web page, MCP endpoint, ingest worker, delivery consumer."""
     from . import logs
+    from .config import ConfigError, resolve
     from .serving import PortBusy, ServeOptions
     from .serving import serve as run_serve
 
-    logs.configure()
-    url = resolve_db(db, DEMO_DB if demo else DEFAULT_DB)
-    token = "tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None
     try:
-        code = run_serve(ServeOptions(db_url=url, host=host, port=port, demo=demo, admin_token=token),
-                         _say)
+        settings = resolve(str(config) if config else None,
+                           {"db": db, "host": host, "port": port, "metrics_bind": metrics_bind})
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    json_logs = None if settings.log_format == "auto" else settings.log_format == "json"
+    logs.configure(level=settings.log_level, json=json_logs)
+    url = DEMO_DB if demo and settings.origin["db"] == "default" else settings.db
+    token = "tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None
+    options = ServeOptions(
+        db_url=url, host=settings.host, port=settings.port, demo=demo, admin_token=token,
+        admin_token_file=settings.admin_token_file, metrics_bind=settings.metrics_bind,
+        max_body=settings.max_body_bytes, delivery_overrides=settings.delivery_overrides(),
+        log_level="warning" if settings.log_level in ("debug", "info") else settings.log_level,
+    )
+    try:
+        code = run_serve(options, _say)
     except PortBusy as exc:
         fail(str(exc))
     except ValueError as exc:
@@ -77,6 +91,20 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(Path("tidings.toml"), help="Where to write the example configuration."),
+) -> None:
+    """Write a commented example configuration file (never overwrites one)."""
+    from .config import ConfigError, write_example
+
+    try:
+        written = write_example(path)
+    except ConfigError as exc:
+        fail(str(exc))
+    out.print(f"wrote {written}; run: tidings serve --config {written}", soft_wrap=True)
 
 
 @app.command()

@@ -17,6 +17,7 @@ stop (the app's lifespan), and the process exits 0 without a traceback.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -91,6 +92,32 @@ class ServeOptions:
     demo: bool = False
     admin_token: str | None = None
     log_level: str = "warning"
+    admin_token_file: str | None = None
+    metrics_bind: str | None = None
+    max_body: int | None = None
+    delivery_overrides: dict[str, Any] | None = None
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise PortBusy(f"--metrics-bind must be HOST:PORT, not {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _token_from_file(path: str | None) -> str | None:
+    if not path or not os.path.exists(path):
+        return None
+    token = open(path, encoding="utf-8").read().strip()
+    if not token:
+        raise ValueError(f"the admin token file {path} is empty")
+    return token
+
+
+def _write_token(path: str, token: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
 
 
 def end_sessions(runtime: Any) -> None:
@@ -108,18 +135,38 @@ def serve(options: ServeOptions, say: Callable[[str], None], build_app: Callable
     from .runtime import Runtime
 
     sock = bind(options.host, options.port)
+    metrics_sock = metrics_server = None
     try:
+        if options.metrics_bind:
+            metrics_sock = bind(*_host_port(options.metrics_bind))
+        admin_token = options.admin_token or _token_from_file(options.admin_token_file)
         with dbfiles.removed_on_failure(options.db_url):
-            runtime = Runtime(options.db_url, admin_token=options.admin_token)
+            runtime = Runtime(options.db_url, admin_token=admin_token)
+        if options.delivery_overrides and runtime.delivery is not None:
+            from .delivery.engine import Delivery
+
+            current = runtime.delivery.options
+            if any(getattr(current, k) != v for k, v in options.delivery_overrides.items()):
+                runtime.delivery = Delivery(runtime, **options.delivery_overrides)  # not started: no subscription yet
         base = f"http://{options.host}:{options.port}"
         say(f"[bold]Tidings[/bold] on {base}  (database: {options.db_url})")
         if runtime.generated_admin_token:
-            say(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
+            if options.admin_token_file:
+                _write_token(options.admin_token_file, runtime.generated_admin_token)
+                say(f"admin token written to {options.admin_token_file}")
+            else:
+                say(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
+        if metrics_sock is not None:
+            from .metrics import serve_metrics
+
+            metrics_server = serve_metrics(runtime, metrics_sock)
+            say(f"metrics on http://{options.metrics_bind}/metrics")
         if options.demo:
             from .demo import seed_demo
 
             say(seed_demo(runtime, base))
-        app = (build_app or (lambda rt: create_app(rt, manage_runtime=True)))(runtime)
+        extra = {"max_body": options.max_body} if options.max_body else {}
+        app = (build_app or (lambda rt: create_app(rt, manage_runtime=True, **extra)))(runtime)
         config = uvicorn.Config(
             app, lifespan="on", log_level=options.log_level, timeout_graceful_shutdown=GRACE_S
         )
@@ -128,4 +175,8 @@ def serve(options: ServeOptions, say: Callable[[str], None], build_app: Callable
         runtime.stop()  # idempotent; the lifespan already stopped it
         return 0
     finally:
-        sock.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        for s in (sock, metrics_sock):
+            if s is not None:
+                s.close()
