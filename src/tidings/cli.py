@@ -250,6 +250,9 @@ def main() -> None:
         sys.exit(130)
 
 
+from .admin_cli import EXAMPLES as _ADMIN_EXAMPLES, admin_app as _admin_app  # noqa: E402
 from .cli_polish import install as _polish  # noqa: E402 - after every command is registered
 
-_polish(app)
+app.add_typer(_admin_app, name="admin")
+
+_polish(app, _ADMIN_EXAMPLES)

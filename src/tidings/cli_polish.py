@@ -38,8 +38,9 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def install(app: typer.Typer) -> None:
+def install(app: typer.Typer, more_examples: dict[str, str] | None = None) -> None:
     TyperOption.display_type_rich = _flag_aware
+    EXAMPLES.update(more_examples or {})
 
     @app.callback()
     def _root(
