@@ -138,3 +138,11 @@ def test_a_failed_ingest_leaves_no_database_file(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert not db.exists() and list(tmp_path.iterdir()) == [frames]
+
+
+def test_mcp_with_a_bad_token_on_a_new_path_leaves_no_database_file(tmp_path):
+    db = tmp_path / "fresh.db"
+    run = subprocess.run([*CLI, "mcp", "--token", "tdg_nope", "--db", str(db)], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert run.returncode != 0, run.stderr
+    assert list(tmp_path.iterdir()) == []

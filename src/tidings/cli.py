@@ -240,7 +240,16 @@ def mcp(
             from .mcp.stdio import run_stdio
     except ModuleNotFoundError:
         fail("MCP is not available in this build")
-    sys.exit(run_proxy(url, token) if url else run_stdio(resolve_db(db), token))
+    if url:
+        sys.exit(run_proxy(url, token))
+    from . import dbfiles
+
+    db_url = resolve_db(db)
+    existed = dbfiles.existed(db_url)
+    code = run_stdio(db_url, token)
+    if code != 0 and not existed:  # a refused token on a path that held no database: leave none
+        dbfiles.remove(dbfiles.sqlite_path(db_url))
+    sys.exit(code)
 
 
 def main() -> None:
