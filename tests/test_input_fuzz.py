@@ -163,15 +163,16 @@ def _follow_token_resets(hub, url: str, status: int, payload: str) -> None:
             hub["tokens"][name] = token
 
 
-_SAFE = re.compile(r"^[A-Za-z0-9_.~-]*$")
+_SAFE = re.compile(r"[A-Za-z0-9_.~-]")
+_ENCODED = re.compile(r"(?:%[0-9A-F]{2}|[A-Za-z0-9])*%[0-9A-F]{2}(?:%[0-9A-F]{2}|[A-Za-z0-9])*")
 
 
 def _quote(value: str) -> str:
     """Percent-encode ``value`` as UTF-8, surrogates kept as their (invalid) 3-byte form."""
-    if value.startswith("%") or "%" in value and value.replace("%", "").isalnum():
+    if _ENCODED.fullmatch(value):  # already percent-encoded on purpose ("%00", "%ED%A0%80", "a%2Fb")
         return value
     raw = value.encode("utf-8", "surrogatepass")
-    return "".join(chr(b) if _SAFE.match(chr(b)) else f"%{b:02X}" for b in raw)
+    return "".join(chr(b) if _SAFE.fullmatch(chr(b)) else f"%{b:02X}" for b in raw)
 
 
 def _send(method: str, url: str, headers: dict, body: bytes | None) -> tuple[int, str]:
