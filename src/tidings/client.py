@@ -75,6 +75,29 @@ __all__ = [
 
 log = logging.getLogger("tidings.client")
 
+
+class _RequestsAtDebug(logging.Filter):
+    """httpx logs every request at INFO; an agent's log at INFO holds only connects,
+    disconnects and errors, so request lines are demoted to DEBUG (failures stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and str(record.msg).startswith("HTTP Request"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG) or logging.getLogger().isEnabledFor(
+                logging.DEBUG
+            )
+        return True
+
+
+_REQUEST_FILTER = _RequestsAtDebug()
+
+
+def _quiet_request_logs() -> None:
+    for name in ("httpx", "httpcore"):
+        logger = logging.getLogger(name)
+        if _REQUEST_FILTER not in logger.filters:
+            logger.addFilter(_REQUEST_FILTER)
+
 STATES = ("working", "ready", "stopped")
 _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -343,6 +366,7 @@ class Agent:
         self._sleep_fn = sleep
         self._clock = clock
         self._rng = rng or random.Random()
+        _quiet_request_logs()
         self._http = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "tidings-client"},

@@ -59,16 +59,18 @@ def seed_demo(runtime: Runtime, base_url: str) -> str:
         )
         ids["scout"] = _create(runtime, admin, kind="agent", handle="scout", display_name="Scout", owner=ids["bob"])
         alice = Principal(scope="account", account_id=ids["alice"], kind="human")
+        # bob's scout joins alice's channels through the admin (agent consent, D42)
         general = channels_hub.create_channel(
-            runtime.store, alice, name="general", members=[ids["bob"], ids["assistant"], ids["scout"]]
+            runtime.store, alice, name="general", members=[ids["bob"], ids["assistant"]]
         )
-        # The admin (the hub's system account) is in #general, so the guide's admin link
+        # The admin (the hub's system account) is in #general too, so the guide's admin link
         # can post there; everywhere else the admin reads only.
         channels_hub.update_members(
-            runtime.store, admin, general["id"], {"subscribe": [ids["assistant"]], "add": [runtime.system_account_id]}
+            runtime.store, admin, general["id"],
+            {"add": [ids["scout"], runtime.system_account_id], "subscribe": [ids["assistant"]]},
         )
         research = channels_hub.create_channel(
-            runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"], ids["scout"]]
+            runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"]]
         )
         channels_hub.update_members(runtime.store, admin, research["id"], {"subscribe": [ids["scout"]]})
         family = channels_hub.create_channel(runtime.store, alice, name="signal-family", members=[ids["assistant"]])

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import TidingsError
 from ..runtime import Runtime
+from .guard import InputGuard
 from .limits import DEFAULT_MAX_BODY, BodyLimit
 
 log = structlog.get_logger("tidings.api")
@@ -76,6 +77,7 @@ def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_run
     app.include_router(routes.router)
     for extension in _extensions():
         extension(app, runtime)
+    app.add_middleware(InputGuard)  # inside BodyLimit: sees the bounded, buffered body
     app.add_middleware(BodyLimit, max_body=max_body)
     return app
 
@@ -85,7 +87,8 @@ def _extensions():
     from importlib import import_module
 
     out = []
-    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http"):
+    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http",
+                        "tidings.api.metrics_route", "tidings.api.admin_routes"):
         try:
             module = import_module(module_name)
         except ModuleNotFoundError as exc:

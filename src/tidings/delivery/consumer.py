@@ -90,6 +90,7 @@ from typing import Any, Callable, Iterator
 
 import structlog
 
+from .. import metrics
 from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
 from ..cluster.events import AuthorSettled
@@ -674,6 +675,7 @@ class Consumer:
         outcome = session.offer(Dispatch("deliver", message, message["channel_id"]))
         if outcome == OFFER_OK:
             self.counters.incr("delivered")
+            metrics.dispatched(message)
             self._note_sent(session, message)
         else:
             self._refused(session, outcome, message)
@@ -691,6 +693,7 @@ class Consumer:
         outcome = session.offer(Dispatch("steer", message, message["channel_id"], True))
         if outcome == OFFER_OK:
             self.counters.incr("steered")
+            metrics.dispatched(message)
             self._note_sent(session, message)
             return True
         self._refused(session, outcome, message)

@@ -84,6 +84,8 @@ def create_channel(
     with store.write() as tx:
         now = store.now_ms()
         rows = _require_accounts(tx, member_ids)
+        for row in rows.values():
+            check_may_enrol(principal, {"owner_account_id": principal.account_id}, row, already_member=False)
         channel_id = new_id("ch")
         channels_store.insert_channel(
             tx,
@@ -129,6 +131,9 @@ def update_members(store: Store, principal: Principal, channel_id: Any, body: di
         rows = _require_accounts(tx, {*add, *subscribe, *unsubscribe, *remove})
         for account_id in {*subscribe, *unsubscribe, *remove}:
             _check_may_manage(tx, principal, channel, rows[account_id])
+        for account_id in {*add, *subscribe}:
+            member = channels_store.membership(tx, cid, account_id) is not None
+            check_may_enrol(principal, channel, rows[account_id], already_member=member)
         for account_id in add:
             channels_store.add_member(tx, cid, account_id, False, now)
             if channel["mandatory_subscription"] and rows[account_id]["kind"] == "agent":
@@ -163,6 +168,24 @@ def _check_may_manage(tx: Tx, principal: Principal, channel: dict[str, Any], tar
     if principal.account_id in (target["id"], channel["owner_account_id"], target.get("owner_id")):
         return
     raise Forbidden("you may only change your own (or your agents') subscriptions in this channel")
+
+
+def check_may_enrol(principal: Principal, channel: dict[str, Any], target: dict[str, Any], *, already_member: bool) -> None:
+    """Consent for agents (D42): an agent joins a channel only by the admin, or by a
+    caller who owns both the agent and the channel; once a member, its subscription may
+    be turned on by the admin, its owner or the agent itself. Humans: no extra rule."""
+    if target["kind"] != "agent" or principal.is_admin:
+        return
+    if already_member:
+        if principal.account_id in (target["id"], target.get("owner_id")):
+            return
+        raise Forbidden("only the agent's owner (or the agent) may subscribe it", code="agent_consent")
+    if principal.account_id is not None and principal.account_id == target.get("owner_id") == channel["owner_account_id"]:
+        return
+    raise Forbidden(
+        "only the admin, or whoever owns both the agent and the channel, may add an agent to a channel",
+        code="agent_consent",
+    )
 
 
 def list_channels(store: Store, principal: Principal) -> list[dict[str, Any]]:

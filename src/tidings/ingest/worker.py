@@ -61,6 +61,7 @@ from typing import Any, Callable
 
 import structlog
 
+from .. import metrics
 from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
@@ -555,6 +556,7 @@ class Worker:
                 self._platforms[bridge_id] = platform
         return platform
 
+    @metrics.timed_frame_apply
     def _apply(
         self, tx: Tx, inbox_id: str, att: _Attempt, row: tuple | None = None, mark: bool = True,
         doc: Any = None,

@@ -39,6 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from .. import inputs
 from ..api import conversations as conversations_api
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
@@ -290,11 +291,16 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
 
 # -- helpers -------------------------------------------------------------------------------
 def _domain_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A domain error becomes a tool error carrying its message and code."""
+    """A domain error becomes a tool error carrying its message and code. Every argument
+    meets ``tidings.inputs`` first (no NUL or lone surrogate, 64-bit integers), so a bad
+    one is a tool error naming it."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            for name, value in kwargs.items():
+                if isinstance(value, (str, int, list, dict)) and not isinstance(value, bool):
+                    inputs.check_value(value, name)
             return fn(*args, **kwargs)
         except TidingsError as exc:
             raise ToolError(f"{exc.message} [{exc.code}]") from exc
