@@ -135,15 +135,15 @@ def outbound_state(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     return out
 
 
-def attach_outbound(store: Store, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add ``outbound`` (a list, possibly empty) to each public message dict, in place."""
+def with_outbound(tx: Tx, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add ``outbound`` to each public message that has outbox items (in place); a message
+    of a channel without links is left exactly as it was."""
     if not messages:
         return messages
-    with store.read() as tx:
-        rows = outbox_store.of_messages(tx, [m["id"] for m in messages])
-    by_message = outbound_state(rows)
+    by_message = outbound_state(outbox_store.of_messages(tx, [m["id"] for m in messages]))
     for m in messages:
-        m["outbound"] = by_message.get(m["id"], [])
+        if m["id"] in by_message:
+            m["outbound"] = by_message[m["id"]]
     return messages
 
 

@@ -1,0 +1,44 @@
+"""Echo suppression: the network's copy of a message we sent is ours, not a new post.
+
+When a bridge sends an outbox item, the network hands the message back inbound: Signal as
+``syncMessage.sentMessage`` (or, when the daemon does not name its account, as a
+``dataMessage`` from our own number carrying our timestamp), WhatsApp with ``IsFromMe``
+and the id ``SendMessage`` returned, Google Messages with ``isMe``. The projection asks
+``claim`` about every message before writing it: a message whose remote id matches a sent
+``send``/``reply`` item of the same bridge and conversation is projected as ``outgoing``
+and linked to that item (``echo_message_id``), so the link hook, which posts incoming
+messages only, never posts it into the channel a second time.
+
+Matching keys: the id a bridge reports as ``remote_id``. Signal names a message
+``<author>:<timestamp>`` and a connector reports signal-cli's ``timestamp``, so on Signal
+the key is the part after the last ``:``; on WhatsApp and Google it is the whole id.
+"""
+
+from __future__ import annotations
+
+from ..store import outbox as outbox_store
+from ..store.engine import Tx
+
+ENABLED = True  # the negative control of the echo tests switches this off
+
+
+def echo_key(platform: str, remote_message_id: str) -> str:
+    if platform == "signal":
+        return remote_message_id.rsplit(":", 1)[-1]
+    return remote_message_id
+
+
+def claim(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, message_id: str,
+          remote_message_id: str, direction: str, now: int) -> str:
+    """The direction to project this message with: ``outgoing`` when it is the echo of an
+    item we sent (and that item now points at it), else ``direction`` unchanged."""
+    if not ENABLED:
+        return direction
+    rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(platform, remote_message_id))
+    if not rows:
+        return direction
+    for item_id, _remote, echo in rows:
+        if echo is None:
+            outbox_store.set_echo(tx, item_id, message_id, now)
+    return "outgoing"
+
