@@ -117,6 +117,10 @@ class FakeSignalDaemon:
     def kill(self) -> None:
         """Drop every connection and stop listening (a daemon killed with -9)."""
         if self._tcp is not None:
+            try:
+                self._tcp.shutdown(socket.SHUT_RDWR)  # wakes the accept thread on Linux
+            except OSError:
+                pass
             self._tcp.close()
         if self._http is not None:
             self._http.shutdown()

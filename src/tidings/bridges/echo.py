@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..store import outbox as outbox_store
 from ..store.engine import Tx
+from ..store.sql import Stmt
 
 ENABLED = True  # the negative control of the echo tests switches this off
 
@@ -42,3 +43,25 @@ def claim(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, messag
             outbox_store.set_echo(tx, item_id, message_id, now)
     return "outgoing"
 
+
+
+_PROJECTED = Stmt(
+    "SELECT id FROM bridge_messages WHERE bridge_id = :bridge_id AND conversation_id = :conversation_id "
+    "AND remote_message_id IN (:rid, :self_rid) ORDER BY id"
+)
+_MAKE_OUTGOING = Stmt("UPDATE bridge_messages SET direction = 'outgoing' WHERE id = :id AND direction <> 'outgoing'")
+
+
+def claim_on_report(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, item_id: str,
+                    remote_id: str, now: int) -> bool:
+    """The other order: the echo was projected before the bridge reported the send (the
+    network is often faster than the report). Link the item to it now."""
+    if not ENABLED:
+        return False
+    self_rid = f"self:{remote_id}" if platform == "signal" else remote_id
+    row = tx.one(_PROJECTED, {"bridge_id": bridge_id, "conversation_id": conversation_id, "rid": remote_id,
+                              "self_rid": self_rid})
+    if row is None:
+        return False
+    tx.execute(_MAKE_OUTGOING, {"id": row[0]})
+    return outbox_store.set_echo(tx, item_id, row[0], now)

@@ -22,6 +22,7 @@ import structlog
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..hub.tokens import Principal
 from ..ids import new_id
+from . import echo
 from ..store import outbox as outbox_store
 from ..store.engine import Store, Tx
 from ..store.outbox import OutboxKind, OutboxState
@@ -38,6 +39,7 @@ MAX_CAUSE = 500
 MAX_REMOTE_ID = 200
 
 _AUTHOR_KIND = Stmt("SELECT kind FROM accounts WHERE id = :id")
+_BRIDGE_PLATFORM = Stmt("SELECT platform FROM bridges WHERE id = :id")
 _BRIDGE = Stmt("SELECT id, platform, account_id FROM bridges WHERE id = :id")
 
 
@@ -223,6 +225,9 @@ class Outbox:
                 return public_item(row)  # the same outcome again: idempotent
             if state == OutboxState.SENT:
                 outbox_store.mark_sent(tx, item_id, remote_id, now)
+                platform = tx.scalar(_BRIDGE_PLATFORM, {"id": bridge_id})
+                echo.claim_on_report(tx, bridge_id=bridge_id, platform=platform, conversation_id=row["conversation_id"],
+                                     item_id=item_id, remote_id=remote_id, now=now)
                 outcome = "sent"
             elif retryable and int(row["attempts"]) + 1 < MAX_ATTEMPTS:
                 delay = retry_after if retry_after is not None else backoff_ms(int(row["attempts"]))

@@ -341,7 +341,7 @@ class Hub:
         return bridge
 
     def append(self, bridge_id: str, frame: dict[str, Any]) -> int:
-        return self.http.post(f"/api/v1/bridges/{bridge_id}/frames", json=[frame]).status_code
+        return self.http.post(f"/api/v1/bridges/{bridge_id}/frames", json={"frames": [frame]}).status_code
 
     def pull(self, bridge_id: str, wait_ms: int) -> list[dict[str, Any]]:
         resp = self.http.get(f"/api/v1/bridges/{bridge_id}/outbox", params={"wait_ms": wait_ms})
