@@ -16,6 +16,8 @@ the key is the part after the last ``:``; on WhatsApp and Google it is the whole
 
 from __future__ import annotations
 
+import hashlib
+
 from ..store import outbox as outbox_store
 from ..store.engine import Tx
 from ..store.sql import Stmt
@@ -35,6 +37,8 @@ def claim(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, messag
     item we sent (and that item now points at it), else ``direction`` unchanged."""
     if not ENABLED:
         return direction
+    if direction == "outgoing":
+        _serialize(tx, conversation_id)
     rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(platform, remote_message_id))
     if not rows:
         return direction
@@ -43,6 +47,18 @@ def claim(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, messag
             outbox_store.set_echo(tx, item_id, message_id, now)
     return "outgoing"
 
+
+
+_LOCK = Stmt("SELECT pg_advisory_xact_lock(:key)")
+
+
+def _serialize(tx: Tx, conversation_id: str) -> None:
+    """PostgreSQL: an echo being projected and its item being reported sent must not both
+    miss each other (READ COMMITTED lets each read before the other commits), so both take
+    one transaction-scoped lock per conversation. SQLite has one writer already."""
+    if tx.dialect == "postgresql":
+        key = int.from_bytes(hashlib.sha256(("echo:" + conversation_id).encode()).digest()[:8], "big", signed=True)
+        tx.execute(_LOCK, {"key": key})
 
 
 _PROJECTED = Stmt(
@@ -58,6 +74,7 @@ def claim_on_report(tx: Tx, *, bridge_id: str, platform: str, conversation_id: s
     network is often faster than the report). Link the item to it now."""
     if not ENABLED:
         return False
+    _serialize(tx, conversation_id)
     self_rid = f"self:{remote_id}" if platform == "signal" else remote_id
     row = tx.one(_PROJECTED, {"bridge_id": bridge_id, "conversation_id": conversation_id, "rid": remote_id,
                               "self_rid": self_rid})
