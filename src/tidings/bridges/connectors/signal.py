@@ -168,7 +168,7 @@ class HttpTransport:
         self._events_ready = threading.Event()
         self._reader = threading.Thread(target=self._events, args=(account,), name="signal-sse", daemon=True)
         self._reader.start()
-        self._events_ready.wait(10)
+        self._events_ready.wait(2)  # a multi-account daemon with no account may answer late
 
     def _events(self, account: str) -> None:
         try:
@@ -204,9 +204,7 @@ class HttpTransport:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": request_id}
         if params:
             body["params"] = params
-        if self.dead.is_set():
-            raise Disconnected("not connected")
-        try:
+        try:  # each request stands alone: it does not need the events stream
             resp = self.http.post(self.base + "/api/v1/rpc", json=body, timeout=timeout)
         except (httpx.HTTPError, OSError) as exc:
             raise Disconnected(str(exc)) from None
