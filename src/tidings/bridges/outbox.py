@@ -15,6 +15,8 @@ Reports are idempotent: an item in an end state answers with that state unchange
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import structlog
@@ -41,6 +43,16 @@ MAX_REMOTE_ID = 200
 _AUTHOR_KIND = Stmt("SELECT kind FROM accounts WHERE id = :id")
 _BRIDGE_PLATFORM = Stmt("SELECT platform FROM bridges WHERE id = :id")
 _BRIDGE = Stmt("SELECT id, platform, account_id FROM bridges WHERE id = :id")
+
+
+KILL_AFTER_POST_COMMIT = "hub.kill_after_post_commit"
+
+
+def kill_point(faults: Any, name: str) -> None:
+    """A crash-test fault: when armed, this process dies with SIGKILL right here."""
+    if faults is not None and faults.fire(name):
+        log.warning("fault: killing this process", fault=name)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def item_id() -> str:

@@ -145,6 +145,7 @@ class Posting:
         )
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
+        tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
         outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
         tx.after_commit(lambda: self._publish(event))

@@ -45,10 +45,13 @@ import structlog
 
 from ...clock import SYSTEM_CLOCK, Clock
 from ...counters import Counters
+from ...faults import Faults
+from ..outbox import kill_point
 
 log = structlog.get_logger("tidings.bridge.signal")
 
 CODEC = "signal.jsonrpc"
+KILL_AFTER_SEND = "bridge.kill_after_send"
 USER_ERROR, IO_ERROR, UNTRUSTED_KEY_ERROR, RATELIMIT_ERROR = -1, -3, -4, -5
 INVALID_PARAMS, METHOD_NOT_FOUND = -32602, -32601
 PERMANENT_RESULTS = ("UNREGISTERED_FAILURE", "IDENTITY_FAILURE", "INVALID_PRE_KEY_FAILURE")
@@ -381,6 +384,7 @@ class SignalConnector:
         self.o = options
         self.clock = options.clock
         self.counters = Counters(COUNTER_NAMES)
+        self.faults = Faults.from_env()
         self.inbound: queue.Queue[dict] = queue.Queue(maxsize=max(1, options.queue_max))
         self.stop_event = threading.Event()
         self.connected = threading.Event()
@@ -607,6 +611,7 @@ class SignalConnector:
             outcome = classify(error=exc)
         except Disconnected:
             return None
+        kill_point(self.faults, KILL_AFTER_SEND)  # crash tests: sent, never reported
         if outcome.cause == "RATE_LIMIT_FAILURE":
             self.counters.incr("rate_limited")
             wait = outcome.retry_after_ms if outcome.retry_after_ms is not None else 1_000
