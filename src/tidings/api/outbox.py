@@ -59,7 +59,8 @@ def report(
     who: Principal = Depends(deps.principal),
 ) -> dict[str, Any]:
     outbox_hub.check_bridge_reader(who, bridge_id)
-    return {"item": outbox_hub.Outbox(deps.runtime(request).store).report(bridge_id, item_id, body)}
+    rt = deps.runtime(request)
+    return {"item": outbox_hub.Outbox(rt.store, rt.bus).report(bridge_id, item_id, body)}
 
 
 @router.get("/api/v1/bridges/{bridge_id}/outbox/{item_id}")

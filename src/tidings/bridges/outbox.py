@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..hub.events import MessageUpdated
 from ..hub.tokens import Principal
 from ..ids import new_id
 from . import echo
@@ -187,8 +188,9 @@ def check_bridge_reader(who: Principal, bridge_id: str) -> None:
 class Outbox:
     """Pull and report, for one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, bus: Any = None) -> None:
         self.store = store
+        self.bus = bus  # when given, a state change is published (the page shows it live)
 
     def bridge(self, bridge_id: str) -> dict[str, Any]:
         with self.store.read() as tx:
@@ -250,6 +252,9 @@ class Outbox:
                 outbox_store.mark_failed(tx, item_id, final, now)
                 outcome = "failed"
             row = outbox_store.item(tx, item_id)
+            if self.bus is not None and outcome != "retry":
+                event = MessageUpdated(row["message_id"], row["channel_id"])
+                tx.after_commit(lambda: self.bus.publish(event))
         log.info("outbox report", bridge_id=bridge_id, item_id=item_id, outcome=outcome, remote_id=remote_id,
                  cause=cause)
         return public_item(row)
