@@ -340,3 +340,34 @@ def _ok(rid: Any, result: Any) -> dict[str, Any]:
 
 def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "error": {"code": code, "message": message, "data": data}, "id": rid}
+
+
+def main() -> None:  # pragma: no cover - the README tour's stand-in for a registered daemon
+    """``uv run python tests/signal_daemon.py --tcp 7583 [--http 8080]``: serve until Ctrl-C,
+    printing every request (a ``send`` shows what reached "Signal")."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A fake signal-cli daemon that prints what it is asked.")
+    parser.add_argument("--tcp", type=int, default=7583)
+    parser.add_argument("--http", type=int, default=0)
+    parser.add_argument("--account", default="+14155550100")
+    args = parser.parse_args()
+    daemon = FakeSignalDaemon(args.account)
+    seen = 0
+    daemon.start(args.tcp, args.http)
+    print(f"fake signal-cli: tcp://127.0.0.1:{daemon.tcp_port} http://127.0.0.1:{daemon.http_port} "
+          f"account {args.account}", flush=True)
+    try:
+        while True:
+            with daemon.lock:
+                daemon.lock.wait_for(lambda: len(daemon.requests) > seen)
+                fresh = daemon.requests[seen:]
+            seen += len(fresh)
+            for req in fresh:
+                print(json.dumps(req, ensure_ascii=False), flush=True)
+    except KeyboardInterrupt:
+        daemon.kill()
+
+
+if __name__ == "__main__":
+    main()
