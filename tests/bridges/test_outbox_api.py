@@ -143,3 +143,30 @@ def test_the_connector_counters_endpoint_validates(client, linked):
     assert client.post(url, headers=headers, json={"counters": {"sent": 3}, "state": "connected"}).status_code == 200
     status = client.get("/api/status", headers=client.admin).json()
     assert status["bridges"][linked["bridge"]["id"]]["connector"]["counters"] == {"sent": 3}
+
+
+def test_a_reaction_on_a_bridged_message_queues_a_react(client, linked, runtime):
+    ours = post(client, linked["alice"], linked["ch"], "pasta at 7")
+    (item,) = pull(client, linked["bridge"]).json()["items"]
+    headers = auth(linked["alice"].token)
+    early = client.post(f"/api/v1/messages/{ours['id']}/reactions", headers=headers, json={"emoji": "👍"})
+    assert early.status_code == 400 and early.json()["error"]["code"] == "not_bridged"  # not sent yet
+    client.post(f"/api/v1/bridges/{linked['bridge']['id']}/outbox/{item['id']}",
+                headers=auth(linked["bridge"]["token"]), json={"state": "sent", "remote_id": "1717"})
+    r = client.post(f"/api/v1/messages/{ours['id']}/reactions", headers=headers, json={"emoji": "👍"})
+    assert r.status_code == 202 and r.json() == {"queued": 1}
+    # a network message the link posted: the reaction targets its Signal id
+    from bridgekit import signal_envelope, signal_frame
+
+    runtime.ingest.append_body(linked["bridge"]["id"], signal_frame(signal_envelope(3_000, "dinner?")))
+    runtime.ingest.drain()
+    listed = client.get(f"/api/v1/channels/{linked['ch']}/messages", headers=headers).json()["messages"]
+    theirs = [m for m in listed if m["text"] == "Mom: dinner?"][0]
+    assert client.post(f"/api/v1/messages/{theirs['id']}/reactions", headers=headers,
+                       json={"emoji": "❤️"}).status_code == 202
+    reacts = [(i["kind"], i["emoji"], i["target_remote_id"]) for i in pull(client, linked["bridge"]).json()["items"]]
+    assert reacts == [("react", "👍", "1717"), ("react", "❤️", "7c0d7e44-1b6a-4c55-9d0e-1f2a3b4c5d6e:3000")]  # the ACI: signal-cli takes it
+    assert client.post(f"/api/v1/messages/{theirs['id']}/reactions", headers=headers,
+                       json={"emoji": ""}).status_code == 400
+    assert client.post(f"/api/v1/messages/{theirs['id']}/reactions", headers=auth(linked["bob"].token),
+                       json={"emoji": "x"}).status_code == 404

@@ -17,10 +17,11 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
 from ..bridges import outbox as outbox_hub
-from ..errors import BadRequest
+from ..errors import BadRequest, NotFound
 from ..hub import channels as channels_hub
 from ..hub.tokens import Principal
 from ..params import int_param
+from ..store import messages as messages_store
 from . import deps
 
 router = APIRouter()
@@ -87,6 +88,27 @@ def connector_counters(
     outbox_hub.CONNECTORS.put(rt, bridge_id, {"state": state, "counters": dict(counters),
                                               "at_ms": rt.store.now_ms()})
     return {"ok": True}
+
+
+@router.post("/api/v1/messages/{message_id}/reactions", status_code=202)
+def react(
+    message_id: str, request: Request, body: dict = Depends(deps.json_object),
+    who: Principal = Depends(deps.account_caller),
+) -> dict[str, Any]:
+    """React to a bridged message: queues a ``react`` for each network it lives on."""
+    unknown = set(body) - {"emoji"}
+    if unknown:
+        raise BadRequest(f"unknown fields: {sorted(unknown)}")
+    store = deps.runtime(request).store
+    with store.write() as tx:
+        row = messages_store.message(tx, message_id)
+        if row is None:
+            raise NotFound("unknown message", code="unknown_message")
+        channels_hub.visible_channel(tx, who, row["channel_id"])
+        queued = outbox_hub.queue_react(tx, message=row, emoji=body.get("emoji"), now=store.now_ms())
+        if not queued:
+            raise BadRequest("this message is not on any network (not bridged, or not sent yet)", code="not_bridged")
+    return {"queued": queued}
 
 
 @router.get("/api/v1/channels/{channel_id}/destinations")

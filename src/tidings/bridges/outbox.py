@@ -112,6 +112,38 @@ def queue_delete(tx: Tx, *, message_id: str, now: int) -> int:
     return queued
 
 
+_LINKED_SOURCE = Stmt(
+    "SELECT bm.bridge_id, bm.conversation_id, bm.remote_message_id FROM bridge_messages bm "
+    "JOIN bridge_links l ON l.conversation_id = bm.conversation_id AND l.channel_id = :channel_id "
+    "WHERE bm.id = :bridge_message_id"
+)
+MAX_EMOJI = 64
+
+
+def queue_react(tx: Tx, *, message: dict[str, Any], emoji: Any, now: int) -> int:
+    """A reaction on a bridged hub message: on a message we sent (each sent item), or on a
+    network message a link posted (its bridge message). Returns how many items."""
+    if not isinstance(emoji, str) or not emoji.strip() or len(emoji) > MAX_EMOJI:
+        raise BadRequest(f"emoji must be a non-empty string of at most {MAX_EMOJI} characters", code="bad_emoji")
+    targets: list[tuple[str, str, str]] = [
+        (sent["bridge_id"], sent["conversation_id"], sent["remote_id"])
+        for sent in outbox_store.sends_of_message(tx, message["id"]) if sent["state"] == OutboxState.SENT
+    ]
+    crid = message.get("client_request_id") or ""
+    prefix = f"link:{message['channel_id']}:"
+    if crid.startswith(prefix):
+        row = tx.one(_LINKED_SOURCE, {"channel_id": message["channel_id"], "bridge_message_id": crid[len(prefix):]})
+        if row is not None:
+            targets.append((row[0], row[1], row[2]))
+    for bridge_id, conversation_id, target in targets:
+        outbox_store.insert_item(
+            tx, id=item_id(), bridge_id=bridge_id, conversation_id=conversation_id, channel_id=message["channel_id"],
+            message_id=message["id"], kind=OutboxKind.REACT, body="", now=now, target_remote_id=target,
+            emoji=emoji.strip(),
+        )
+    return len(targets)
+
+
 # -- reading state for people ----------------------------------------------------------------
 def public_item(row: dict[str, Any]) -> dict[str, Any]:
     return {
