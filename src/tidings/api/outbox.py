@@ -9,7 +9,6 @@ the bridge in ``/api/status``. Only the bridge's own token (or the admin) may ca
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -47,10 +46,12 @@ async def pull(
     await run_in_threadpool(box.bridge, bridge_id)
     deadline = time.monotonic() + wait / 1000
     while True:
+        seen = outbox_hub.SIGNAL.generation()
         items = await run_in_threadpool(box.pending, bridge_id, after_seq=after, limit=count)
         if items or time.monotonic() >= deadline or await request.is_disconnected():
             break
-        await asyncio.sleep(POLL_MS / 1000)
+        # woken at once by a commit in this process; else re-read after POLL_MS
+        await run_in_threadpool(outbox_hub.SIGNAL.wait, seen, POLL_MS / 1000)
     return {"items": items, "next_after_seq": items[-1]["seq"] if items else after}
 
 

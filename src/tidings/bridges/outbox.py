@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
 
 import structlog
@@ -56,6 +57,32 @@ def kill_point(faults: Any, name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class OutboxSignal:
+    """Wakes this process's long polls when an item was committed (a hint only: a poll
+    re-reads the store every ``POLL_MS`` anyway, which is what sees a settled turn)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    def bump(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def wait(self, seen: int, timeout: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self._generation != seen, timeout)
+            return self._generation
+
+
+SIGNAL = OutboxSignal()
+
+
 def item_id() -> str:
     return new_id("out")
 
@@ -66,6 +93,7 @@ def queue_post(tx: Tx, *, message_id: str, channel_id: str, author_id: str, text
     targets = outbox_store.link_targets(tx, channel_id)
     if not targets:
         return 0
+    tx.after_commit(SIGNAL.bump)
     kind = tx.scalar(_AUTHOR_KIND, {"id": author_id})
     queued = 0
     for bridge_id, conversation_id, bridge_account in targets:
@@ -83,6 +111,7 @@ def queue_edit(tx: Tx, *, message_id: str, text: str, now: int) -> int:
     """An edit of a hub message: a sent item gets an ``edit`` of its network message; a
     still-pending one just sends the new text."""
     queued = 0
+    tx.after_commit(SIGNAL.bump)
     for sent in outbox_store.sends_of_message(tx, message_id):
         if sent["state"] == OutboxState.PENDING:
             outbox_store.set_body(tx, sent["id"], text, now)
@@ -99,6 +128,7 @@ def queue_edit(tx: Tx, *, message_id: str, text: str, now: int) -> int:
 def queue_delete(tx: Tx, *, message_id: str, now: int) -> int:
     """A delete of a hub message: a sent item gets a ``delete``; a pending one fails."""
     queued = 0
+    tx.after_commit(SIGNAL.bump)
     for sent in outbox_store.sends_of_message(tx, message_id):
         if sent["state"] == OutboxState.PENDING:
             outbox_store.mark_failed(tx, sent["id"], "deleted before it was sent", now)
@@ -135,6 +165,7 @@ def queue_react(tx: Tx, *, message: dict[str, Any], emoji: Any, now: int) -> int
         row = tx.one(_LINKED_SOURCE, {"channel_id": message["channel_id"], "bridge_message_id": crid[len(prefix):]})
         if row is not None:
             targets.append((row[0], row[1], row[2]))
+    tx.after_commit(SIGNAL.bump)
     for bridge_id, conversation_id, target in targets:
         outbox_store.insert_item(
             tx, id=item_id(), bridge_id=bridge_id, conversation_id=conversation_id, channel_id=message["channel_id"],
