@@ -4,10 +4,11 @@ When a bridge sends an outbox item, the network hands the message back inbound: 
 ``syncMessage.sentMessage`` (or, when the daemon does not name its account, as a
 ``dataMessage`` from our own number carrying our timestamp), WhatsApp with ``IsFromMe``
 and the id ``SendMessage`` returned, Google Messages with ``isMe``. The projection asks
-``claim`` about every message before writing it: a message whose remote id matches a sent
-``send``/``reply`` item of the same bridge and conversation is projected as ``outgoing``
-and linked to that item (``echo_message_id``), so the link hook, which posts incoming
-messages only, never posts it into the channel a second time.
+``claim`` about every outgoing message, and the link hook asks ``claim_incoming`` about every
+incoming message of a linked conversation before posting it: a message whose remote id
+matches a ``send``/``reply`` item of the same bridge and conversation is ours. It is linked
+to that item (``echo_message_id``), made ``outgoing`` if it came in as incoming, and never
+posted into the channel a second time.
 
 Matching keys: the id a bridge reports as ``remote_id``. Signal names a message
 ``<author>:<timestamp>`` and a connector reports signal-cli's ``timestamp``, so on Signal
@@ -25,28 +26,40 @@ from ..store.sql import Stmt
 ENABLED = True  # the negative control of the echo tests switches this off
 
 
-def echo_key(platform: str, remote_message_id: str) -> str:
-    if platform == "signal":
-        return remote_message_id.rsplit(":", 1)[-1]
-    return remote_message_id
+def echo_key(remote_message_id: str) -> str:
+    """Signal ``<author>:<timestamp>`` -> the timestamp; WhatsApp and Google ids (no ``:``)
+    stay whole."""
+    return remote_message_id.rsplit(":", 1)[-1]
 
 
-def claim(tx: Tx, *, bridge_id: str, platform: str, conversation_id: str, message_id: str,
-          remote_message_id: str, direction: str, now: int) -> str:
-    """The direction to project this message with: ``outgoing`` when it is the echo of an
-    item we sent (and that item now points at it), else ``direction`` unchanged."""
+def claim(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,
+          now: int) -> bool:
+    """An outgoing message (Signal sync sent, WhatsApp IsFromMe, Google isMe): link the
+    item it echoes, if any. Returns whether it matched."""
     if not ENABLED:
-        return direction
-    if direction == "outgoing":
-        _serialize(tx, conversation_id)
-    rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(platform, remote_message_id))
-    if not rows:
-        return direction
+        return False
+    _serialize(tx, conversation_id)
+    rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(remote_message_id))
     for item_id, _remote, echo in rows:
         if echo is None:
             outbox_store.set_echo(tx, item_id, message_id, now)
-    return "outgoing"
+    return bool(rows)
 
+
+def claim_incoming(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,
+                   now: int) -> bool:
+    """An incoming message of a linked conversation (the link hook asks before posting it):
+    when it carries the remote id of an item we sent (a daemon that does not name its
+    account hands our message back as a dataMessage from our number), it is ours: made
+    outgoing, linked to the item, and not posted. Only linked conversations have items,
+    so an unlinked conversation never pays for this read."""
+    if not ENABLED:
+        return False
+    if not claim(tx, bridge_id=bridge_id, conversation_id=conversation_id, message_id=message_id,
+                 remote_message_id=remote_message_id, now=now):
+        return False
+    tx.execute(_MAKE_OUTGOING, {"id": message_id})
+    return True
 
 
 _LOCK = Stmt("SELECT pg_advisory_xact_lock(:key)")

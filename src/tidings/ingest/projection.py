@@ -372,8 +372,10 @@ class _Frame:
             cid = self.conv_id(remote_conv)
             sender = self.identity(ev.sender, f"message {ev.remote_message_id!r}: sender")
             mid = message_id_for(bridge_id, remote_conv, ev.remote_message_id)
-            direction = echo.claim(tx, bridge_id=bridge_id, platform=platform, conversation_id=cid, message_id=mid,
-                                   remote_message_id=ev.remote_message_id, direction=ev.direction, now=now)
+            direction = ev.direction
+            if direction == "outgoing":  # an incoming echo is claimed by the link hook (bridges/echo.py)
+                echo.claim(tx, bridge_id=bridge_id, conversation_id=cid, message_id=mid,
+                           remote_message_id=ev.remote_message_id, now=now)
             result = bridge_messages.upsert(
                 tx, id=mid, bridge_id=bridge_id, conversation_id=cid, remote_message_id=ev.remote_message_id,
                 sender_identity_id=sender[0], direction=direction, body=ev.body,
