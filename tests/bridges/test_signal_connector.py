@@ -267,3 +267,19 @@ def test_classification_follows_signal_cli_result_types():
                                                 "retry_after_ms": 7000}
     assert classify(error=RpcError(-32602, "Specified account does not exist")).retryable is False
     assert classify(error=RpcError(-3, "io")).retryable is True
+
+
+def test_typing_while_an_agent_works_on_the_linked_channel_and_stop_at_settle(hub, daemon):
+    c = connector(hub, daemon)
+    try:
+        assert daemon.wait_listeners(1)
+        world = hub["world"]
+        world.connect(hub["assistant"])
+        world.settle(hub["assistant"], "working")
+        typing = daemon.wait_requests(1, "sendTyping")
+        assert typing[0]["params"] == {"account": ACCOUNT, "groupId": GROUP}
+        world.settle(hub["assistant"], "ready")
+        stops = daemon.wait_requests(2, "sendTyping")
+        assert stops[1]["params"] == {"account": ACCOUNT, "groupId": GROUP, "stop": True}
+    finally:
+        c.stop()

@@ -52,7 +52,8 @@ async def pull(
             break
         # woken at once by a commit in this process; else re-read after POLL_MS
         await run_in_threadpool(outbox_hub.SIGNAL.wait, seen, POLL_MS / 1000)
-    return {"items": items, "next_after_seq": items[-1]["seq"] if items else after}
+    typing = await run_in_threadpool(box.typing, bridge_id)
+    return {"items": items, "next_after_seq": items[-1]["seq"] if items else after, "typing": typing}
 
 
 @router.post("/api/v1/bridges/{bridge_id}/outbox/{item_id}")

@@ -267,6 +267,11 @@ class Outbox:
             rows = outbox_store.pending(tx, bridge_id, after_seq=after_seq, now=self.store.now_ms(), limit=limit)
         return [public_item(r) for r in rows]
 
+    def typing(self, bridge_id: str) -> list[dict[str, Any]]:
+        """Where an agent is working right now (a connector shows it as typing)."""
+        with self.store.read() as tx:
+            return outbox_store.typing(tx, bridge_id)
+
     def report(self, bridge_id: str, item_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """Apply one report; answers the item as it now stands."""
         unknown = set(body) - {"state", "remote_id", "retryable", "retry_after_ms", "cause"}

@@ -93,6 +93,14 @@ ECHO_CANDIDATES = Stmt(
 SET_ECHO = Stmt(
     "UPDATE outbox SET echo_message_id = :echo, updated_at_ms = :now WHERE id = :id AND echo_message_id IS NULL"
 )
+TYPING = Stmt(
+    "SELECT DISTINCT l.conversation_id, c.remote_conversation_id FROM agent_sessions s "
+    "JOIN channel_members cm ON cm.account_id = s.agent_id "
+    "JOIN bridge_links l ON l.channel_id = cm.channel_id "
+    "JOIN conversations c ON c.id = l.conversation_id "
+    "WHERE l.bridge_id = :bridge_id AND s.ended_at_ms IS NULL AND s.last_state = 'working' "
+    "ORDER BY l.conversation_id"
+)
 COUNTS = Stmt("SELECT state, count(*) FROM outbox WHERE bridge_id = :bridge_id GROUP BY state")
 
 
@@ -169,3 +177,9 @@ def counts(tx: Tx, bridge_id: str) -> dict[str, int]:
     for state, n in tx.all(COUNTS, {"bridge_id": bridge_id}):
         out[state] = int(n)
     return out
+
+
+def typing(tx: Tx, bridge_id: str) -> list[dict[str, Any]]:
+    """Linked conversations of this bridge whose channel has an agent member whose open
+    session last reported ``working``."""
+    return tx.mappings(TYPING, {"bridge_id": bridge_id})

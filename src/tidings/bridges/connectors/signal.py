@@ -52,6 +52,7 @@ log = structlog.get_logger("tidings.bridge.signal")
 
 CODEC = "signal.jsonrpc"
 KILL_AFTER_SEND = "bridge.kill_after_send"
+TYPING_REFRESH_MS = 10_000
 USER_ERROR, IO_ERROR, UNTRUSTED_KEY_ERROR, RATELIMIT_ERROR = -1, -3, -4, -5
 INVALID_PARAMS, METHOD_NOT_FOUND = -32602, -32601
 PERMANENT_RESULTS = ("UNREGISTERED_FAILURE", "IDENTITY_FAILURE", "INVALID_PRE_KEY_FAILURE")
@@ -344,10 +345,12 @@ class Hub:
     def append(self, bridge_id: str, frame: dict[str, Any]) -> int:
         return self.http.post(f"/api/v1/bridges/{bridge_id}/frames", json={"frames": [frame]}).status_code
 
-    def pull(self, bridge_id: str, wait_ms: int) -> list[dict[str, Any]]:
+    def pull(self, bridge_id: str, wait_ms: int) -> dict[str, Any]:
+        """``{"items": [...], "typing": [...]}``: pending items in order, and where an agent
+        is working now."""
         resp = self.http.get(f"/api/v1/bridges/{bridge_id}/outbox", params={"wait_ms": wait_ms})
         resp.raise_for_status()
-        return resp.json()["items"]
+        return resp.json()
 
     def report(self, bridge_id: str, item_id: str, body: dict[str, Any]) -> int:
         return self.http.post(f"/api/v1/bridges/{bridge_id}/outbox/{item_id}", json=body).status_code
@@ -395,6 +398,7 @@ class SignalConnector:
         self._rpc_lock = threading.Lock()  # one request in flight, ever
         self._next_id = 0
         self._send_gate_ms = 0  # no send before this clock time (rate limits)
+        self._typing_since: dict[str, int] = {}  # conversation -> when typing was last sent
         self._clock_moved = threading.Event()
         self._threads: list[threading.Thread] = []
         self.state = "starting"
@@ -584,17 +588,46 @@ class SignalConnector:
             if not self.connected.wait(0.5):
                 continue
             try:
-                items = self.hub.pull(self.bridge_id, self.o.pull_wait_ms)
+                answer = self.hub.pull(self.bridge_id, self.o.pull_wait_ms)
             except (httpx.HTTPError, OSError):
                 self.stop_event.wait(self.o.reconnect_min_s * 4)
                 continue
-            for item in items:
+            self._typing({t["remote_conversation_id"] for t in answer.get("typing", [])})
+            for item in answer["items"]:
                 if self.stop_event.is_set():
                     return
                 outcome = self._send_one(item)
                 if outcome is None:
                     break  # disconnected: pull again once reconnected
                 self._report(item, outcome)
+
+    def _typing(self, now_working: set[str]) -> None:
+        """``sendTyping`` where an agent started working (again every ``TYPING_REFRESH_MS``,
+        as Signal's indicator fades), ``stop`` where it settled. Best effort."""
+        now = self.clock.now_ms()
+        for remote in sorted(now_working):
+            if now - self._typing_since.get(remote, -TYPING_REFRESH_MS) >= TYPING_REFRESH_MS:
+                if self._typing_call(remote, stop=False):
+                    self._typing_since[remote] = now
+        for remote in sorted(set(self._typing_since) - now_working):
+            self._typing_call(remote, stop=True)
+            del self._typing_since[remote]
+
+    def _typing_call(self, remote: str, *, stop: bool) -> bool:
+        try:
+            _, params = request_for({"kind": "send", "remote_conversation_id": remote, "text": ""}, self.o.account)
+        except ValueError:
+            return False
+        params.pop("message", None)
+        if stop:
+            params["stop"] = True
+        try:
+            self.call("sendTyping", params)
+        except (RpcError, Disconnected) as exc:
+            log.debug("sendTyping not sent", conversation=remote, error=str(exc))
+            return False
+        self.counters.incr("typing_sent")
+        return True
 
     def _send_one(self, item: dict[str, Any]) -> Outcome | None:
         self._wait_for_gate()
