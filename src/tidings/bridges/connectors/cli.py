@@ -22,7 +22,10 @@ def signal(
     queue_max: int = typer.Option(1000, "--queue", min=1, help="Frames held in memory while the hub is away."),
 ) -> None:
     """Two-way Signal: receive notifications become frames, the bridge's outbox is sent."""
+    from ... import logs
     from .signal import Fatal, Options, SignalConnector
+
+    logs.configure()  # structured logs on stderr; stdout has one line per connect/disconnect
 
     hub_url = url or os.environ.get("TIDINGS_URL")
     hub_token = token or os.environ.get("TIDINGS_TOKEN")

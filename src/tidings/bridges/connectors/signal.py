@@ -392,7 +392,9 @@ class SignalConnector:
         self.stop_event = threading.Event()
         self.connected = threading.Event()
         self.fatal: str | None = None
-        self.hub = Hub(options.url, options.token, timeout=options.pull_wait_ms / 1000 + 30)
+        self.hub = Hub(options.url, options.token)
+        # The long poll has its own client, closed first on stop so Ctrl-C never waits for it.
+        self.puller = Hub(options.url, options.token, timeout=options.pull_wait_ms / 1000 + 30)
         self.bridge_id = ""
         self.transport: Any = None
         self._rpc_lock = threading.Lock()  # one request in flight, ever
@@ -419,6 +421,7 @@ class SignalConnector:
             return
         self.stop_event.set()
         self._clock_moved.set()
+        self.puller.close()
         transport = self.transport
         if transport is not None:
             transport.close()
@@ -588,8 +591,8 @@ class SignalConnector:
             if not self.connected.wait(0.5):
                 continue
             try:
-                answer = self.hub.pull(self.bridge_id, self.o.pull_wait_ms)
-            except (httpx.HTTPError, OSError):
+                answer = self.puller.pull(self.bridge_id, self.o.pull_wait_ms)
+            except (httpx.HTTPError, OSError, RuntimeError):  # RuntimeError: closed by stop()
                 self.stop_event.wait(self.o.reconnect_min_s * 4)
                 continue
             self._typing({t["remote_conversation_id"] for t in answer.get("typing", [])})
