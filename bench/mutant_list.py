@@ -653,3 +653,36 @@ add("demo.duplicates_the_sample", "src/tidings/ingest/demo.py",
     '_data(t[0], "Anyone up for a hike on Saturday?")', '_data(t[0], "Who\'s cooking tonight?")',
     t("tests/test_links.py", "test_the_demo_then_the_sample_capture_show_each_message_once_and_one_name_per_identity"),
     why="the demo seeds a message the sample capture brings again")
+# == two-way bridges (issue 13): outbox, echo suppression ======================================
+OUTBOX_SRC = "src/tidings/bridges/outbox.py"
+OUTBOX_STORE = "src/tidings/store/outbox.py"
+ECHO_SRC = "src/tidings/bridges/echo.py"
+BOUT = "tests/bridges/test_outbox.py"
+BECHO = "tests/bridges/test_echo.py"
+add("outbox.link_post_goes_back_out", OUTBOX_SRC,
+    "        if author_id == bridge_account:\n            continue",
+    "        if False:\n            continue",
+    t(BOUT, "test_a_person_post_in_a_linked_channel_queues_one_send_and_an_inbound_post_queues_none"),
+    why="the link's own inbound post is sent back to the network it came from")
+add("outbox.agent_not_held", OUTBOX_SRC,
+    "await_settle=kind == \"agent\"", "await_settle=False",
+    t(BOUT, "test_a_held_agent_reply_is_pulled_only_after_its_turn_settles"),
+    why="a held mid-turn agent reply reaches the network before its turn settles")
+add("outbox.retry_after_ignored", OUTBOX_SRC,
+    "delay = retry_after if retry_after is not None else backoff_ms(int(row[\"attempts\"]))",
+    "delay = backoff_ms(int(row[\"attempts\"]))",
+    t(BOUT, "test_a_retryable_failure_waits_its_retry_after_and_a_permanent_one_keeps_its_cause"),
+    why="a rate-limited send is retried before the network's retry-after")
+add("outbox.retries_forever", OUTBOX_SRC,
+    "elif retryable and int(row[\"attempts\"]) + 1 < MAX_ATTEMPTS:", "elif retryable:",
+    t(BOUT, "test_retryable_failures_end_failed_after_the_attempt_limit"),
+    why="an item that always fails retryably stays pending forever")
+add("outbox.pending_ignores_not_before", OUTBOX_STORE,
+    "AND o.not_before_ms <= :now AND", "AND",
+    t(BOUT, "test_a_retryable_failure_waits_its_retry_after_and_a_permanent_one_keeps_its_cause"),
+    why="a backed-off item is handed out again at once")
+add("echo.incoming_not_claimed", ECHO_SRC,
+    "    tx.execute(_MAKE_OUTGOING, {\"id\": message_id})\n    return True",
+    "    tx.execute(_MAKE_OUTGOING, {\"id\": message_id})\n    return False",
+    t(BECHO, "test_signal_data_message_with_our_timestamp_is_ours_without_an_account"),
+    why="our own message handed back as a dataMessage is posted into the channel a second time")

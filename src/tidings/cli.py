@@ -23,6 +23,9 @@ app = typer.Typer(
 )
 corpus_app = typer.Typer(help="Synthetic corpora of bridge frames.", no_args_is_help=True)
 app.add_typer(corpus_app, name="corpus")
+from .bridges.connectors.cli import bridge_app  # noqa: E402 - `tidings bridge signal`
+
+app.add_typer(bridge_app, name="bridge")
 
 out = Console()
 err = Console(stderr=True)

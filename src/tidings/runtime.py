@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from .bridges.links import Links
+from .bridges.outbox import CONNECTORS
 from .bus import Bus
 from .clock import SYSTEM_CLOCK, Clock
 from .faults import Faults
@@ -96,6 +97,7 @@ class Runtime:
             "ingest": self.ingest.status() if self.ingest else {"per_bridge": {}, "backlog": 0, "deferred_now": 0},
             "delivery": self.delivery.status() if self.delivery else {},
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
+            "bridges": CONNECTORS.section(self),  # outbox counts and connector counters
             **({"cluster": cluster_status(self)} if self.store.dialect == "postgresql" else {}),
         }
 

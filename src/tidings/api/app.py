@@ -87,7 +87,7 @@ def _extensions():
     from importlib import import_module
 
     out = []
-    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http",
+    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.outbox", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http",
                         "tidings.api.metrics_route", "tidings.api.admin_routes"):
         try:
             module = import_module(module_name)

@@ -17,6 +17,7 @@ from ..hub import channels as channels_hub
 from ..hub import refs
 from ..hub.channels import public_message
 from ..hub.tokens import Principal
+from ..bridges import outbox
 from ..store import accounts as accounts_store
 from . import deps
 
@@ -180,4 +181,4 @@ def get_message(message_id: str, request: Request, who: Principal = Depends(deps
         if row is None:
             raise NotFound("unknown message", code="unknown_message")
         channels_hub.visible_channel(tx, who, row["channel_id"])
-    return {"message": public_message(row)}
+        return {"message": outbox.with_outbound(tx, [public_message(row)])[0]}

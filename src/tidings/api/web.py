@@ -48,6 +48,7 @@ from starlette.concurrency import run_in_threadpool
 from ..bus import Bus, BufferUnderflow, Stamped, Subscription
 from ..errors import NotFound
 from ..hub import accounts as accounts_hub
+from ..bridges import outbox
 from ..hub import channels as channels_hub
 from ..hub.events import MessagePosted, MessageUpdated, PinsChanged
 from ..hub.tokens import Principal
@@ -177,7 +178,7 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
                 {
                     "event": "posted" if isinstance(event, MessagePosted) else "updated",
                     "channel_id": channel_id,
-                    "message": channels_hub.public_message(row),
+                    "message": outbox.with_outbound(tx, [channels_hub.public_message(row)])[0],
                     "bus_seq": stamped.seq,
                 }
             )

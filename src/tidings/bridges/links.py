@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from ..errors import BadRequest, NotFound
+from . import echo
 from ..hub.events import MessageUpdated
 from ..hub.tokens import Principal
 from ..store import channels as channels_store
@@ -92,6 +93,10 @@ class Links:
         if change.kind == "new":
             if change.direction != "incoming":
                 return
+            if echo.claim_incoming(tx, bridge_id=change.bridge_id, conversation_id=change.conversation_id,
+                                   message_id=change.message_id, remote_message_id=change.remote_message_id,
+                                   now=self.store.now_ms()):
+                return  # our own message coming back: never posted a second time
             text = linked_text(links_store.sender_label(tx, change.sender_identity_id), change.body)
             for channel_id, bridge_account in targets:
                 _, inserted = self.runtime.posting.post(

@@ -17,6 +17,7 @@ from ..ids import new_id
 from ..store import accounts as accounts_store
 from ..store import channels as channels_store
 from ..store import cursors as cursors_store
+from ..bridges import outbox
 from ..store import messages as messages_store
 from ..store.engine import Store, Tx
 from .tokens import Principal
@@ -206,7 +207,7 @@ def list_messages(store: Store, principal: Principal, channel_id: Any, after_seq
     with store.read() as tx:
         channel = visible_channel(tx, principal, channel_id)
         rows = messages_store.messages_after(tx, channel["id"], after, lim)
-    return [public_message(r) for r in rows]
+        return outbox.with_outbound(tx, [public_message(r) for r in rows])
 
 
 def public_channel(row: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..bridges import outbox
 from ..bus import Bus
 from ..errors import BadRequest, Forbidden, NotFound
 from ..faults import Faults
@@ -152,6 +153,8 @@ class Posting:
         )
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
+        tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
+        outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
         if self.notify_in_tx is not None:  # cluster hook: other nodes learn of it at this commit
             self.notify_in_tx(tx, event)
@@ -195,6 +198,7 @@ class Posting:
                 raise Forbidden("only the author may edit a message", code="not_author")
             now = self.store.now_ms()
             messages_store.set_blocks(tx, message_id, clean, joined, now)
+            outbox.queue_edit(tx, message_id=message_id, text=joined, now=now)
             row.update(blocks=clean, text=joined, edited_at_ms=now)
             event = MessageUpdated(message_id, row["channel_id"])
             tx.after_commit(lambda: self.bus.publish(event))

@@ -383,7 +383,24 @@
     composer.hidden = !state.isMember;
     if (!state.isMember && id === state.selected) {
       $("composer-note").textContent = "Read only: you are not a member of this channel.";
+    } else if (state.isMember) {
+      loadDestinations(id).catch((err) => console.warn("destinations not read:", err.message));
     }
+  }
+
+  // A linked channel's composer says where a post will also go (issue 13).
+  async function loadDestinations(id) {
+    const data = await api(`/api/v1/channels/${encodeURIComponent(id)}/destinations`);
+    if (id !== state.selected || !data.destinations.length) return;
+    const where = data.destinations.map((d) => `${d.platform}: ${d.title || d.conversation_id} (${d.bridge_name})`);
+    $("composer-note").textContent = `Posts here are also sent to ${where.join(", ")}.`;
+  }
+
+  function outboundNode(m) {
+    if (!m.outbound || !m.outbound.length) return null;
+    return el("div", { class: "outbound" }, ...m.outbound.map((o) => el("span",
+      { class: `outbound-state ${o.state}`, title: o.cause || o.remote_id || "" },
+      o.state === "failed" ? `${o.kind} failed: ${o.cause}` : o.state === "sent" ? `${o.kind}: sent` : `${o.kind}: pending`)));
   }
 
   async function loadNames() {
@@ -521,7 +538,7 @@
             fmtTime(m.at_unix_ms)),
           m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null,
           pinButton(m)),
-        body));
+        body, outboundNode(m)));
   }
 
   function upsertMessage(m) {
