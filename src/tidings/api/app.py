@@ -85,7 +85,8 @@ def _extensions():
     from importlib import import_module
 
     out = []
-    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.web", "tidings.mcp.http"):
+    for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.web", "tidings.mcp.http",
+                        "tidings.api.search"):
         try:
             module = import_module(module_name)
         except ModuleNotFoundError as exc:

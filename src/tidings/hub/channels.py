@@ -208,6 +208,8 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "blocks": row["blocks"],
         "text": row["text"],
     }
+    if row.get("occurred_at_ms") is not None:
+        out["occurred_at_ms"] = row["occurred_at_ms"]  # the network time (a linked message)
     if row.get("edited_at_ms") is not None:
         out["edited_at_ms"] = row["edited_at_ms"]
     if row.get("deleted_at_ms") is not None:
