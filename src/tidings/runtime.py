@@ -7,6 +7,7 @@ database with a fresh bus, which is exactly what a crash loses.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import structlog
@@ -30,6 +31,7 @@ class Runtime:
         clock: Clock = SYSTEM_CLOCK,
         faults: Faults | None = None,
         admin_token: str | None = None,
+        attachments_dir: str | None = None,
     ) -> None:
         self.clock = clock
         self.faults = faults if faults is not None else Faults.from_env()
@@ -39,11 +41,28 @@ class Runtime:
         self.generated_admin_token = accounts.bootstrap(self.store, admin_token)
         self.system_account_id = accounts.system_account_id(self.store)
         self.started = False
+        # Attachment bytes: a content-addressed folder (hub.attachments, blobs.py).
+        self.attachments_dir = attachments_dir
+        self.attachment_max_bytes = int(os.environ.get("TIDINGS_ATTACHMENT_MAX_BYTES", 50 * 1024 * 1024))
+        self._blobs: Any = None
         # The engines. Each is built here, started by start(), stopped by stop(), and
         # contributes its section to status(). (Guarded imports while the engines land.)
         self.links = Links(self)
         self.delivery = _build("tidings.delivery.engine", "Delivery", self)
         self.ingest = _build("tidings.ingest.engine", "Ingest", self)
+
+    @property
+    def blobs(self) -> Any:
+        """The attachment blob store (a folder beside the database unless configured)."""
+        if self._blobs is None:
+            from .blobs import FolderBlobStore, default_dir
+
+            self._blobs = FolderBlobStore(self.attachments_dir or default_dir(self.store.url))
+        return self._blobs
+
+    @blobs.setter
+    def blobs(self, value: Any) -> None:
+        self._blobs = value
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:

@@ -86,7 +86,7 @@ def _extensions():
 
     out = []
     for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.web", "tidings.mcp.http",
-                        "tidings.api.search"):
+                        "tidings.api.search", "tidings.api.attachments"):
         try:
             module = import_module(module_name)
         except ModuleNotFoundError as exc:

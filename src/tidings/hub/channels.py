@@ -167,7 +167,9 @@ def list_messages(store: Store, principal: Principal, channel_id: Any, after_seq
     with store.read() as tx:
         channel = visible_channel(tx, principal, channel_id)
         rows = messages_store.messages_after(tx, channel["id"], after, lim)
-    return [public_message(r) for r in rows]
+        from .attachments import public_channel_messages  # (hub.attachments imports this module)
+
+        return public_channel_messages(tx, rows)
 
 
 def public_channel(row: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..errors import BadRequest
 from ..params import int_param
 from ..store import search as search_store
 from ..store.engine import Store, Tx
+from . import attachments as attachments_hub
 from . import channels as channels_hub
 from .tokens import Principal
 
@@ -126,15 +127,18 @@ def search(store: Store, who: Principal, req: SearchRequest) -> dict[str, Any]:
         hub_rows, bridge_rows = search_rows(tx, who, req)
         results = [
             {"kind": "channel_message", "score": float(r["score"]), "snippet": marked_snippet(r["snippet_marked"]),
-             "message": channels_hub.public_message(r)}
-            for r in hub_rows
+             "message": m}
+            for r, m in zip(hub_rows, attachments_hub.public_channel_messages(tx, hub_rows))
         ]
+        found = []
         for r in bridge_rows:
             message = conversation_message(r, [])
             del message["reactions"]
             message.update(bridge_id=r["bridge_id"], conversation_title=r["conversation_title"])
+            found.append(message)
             results.append({"kind": "bridge_message", "score": float(r["score"]),
                             "snippet": marked_snippet(r["snippet_marked"]), "message": message})
+        attachments_hub.add_to_bridge_messages(tx, found)
     results.sort(key=lambda h: (-h["score"], -_shown_time(h["message"])))
     return {"query": req.query, "words": list(req.words), "results": results[: req.limit]}
 

@@ -42,6 +42,7 @@ from pydantic import Field
 from ..api import conversations as conversations_api
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
+from ..hub import attachments as attachments_hub
 from ..hub import search as search_hub
 from ..hub.tokens import Principal
 from ..store import inbox as inbox_store
@@ -266,12 +267,16 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         )
         with store.read() as tx:
             hub_rows, bridge_rows = search_hub.search_rows(tx, who, req)
-            out = _mark_channel_messages(tx, [_hub_hit(r) for r in hub_rows])
+            hub_hits = [_hub_hit(r) for r in hub_rows]
+            attachments_hub.add_to_channel_messages(tx, hub_rows, hub_hits)
+            out = _mark_channel_messages(tx, hub_hits)
+            bridge_hits = [_bridge_hit(r) for r in bridge_rows]
+            attachments_hub.add_to_bridge_messages(tx, bridge_hits)
         return _untrusted(
             {
                 "query": req.query,
                 "channel_messages": out["messages"],
-                "bridge_messages": [_bridge_hit(r) for r in bridge_rows],
+                "bridge_messages": bridge_hits,
             }
         )
 
