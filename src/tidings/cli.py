@@ -48,6 +48,11 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
     port: int = typer.Option(7860, help="TCP port."),
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
+    attachments_dir: Optional[str] = typer.Option(
+        None, "--attachments-dir", envvar="TIDINGS_ATTACHMENTS_DIR",
+        help="Folder for attachment bytes (default: <db>.attachments beside a SQLite file; "
+        "~/.local/share/tidings/attachments for PostgreSQL).",
+    ),
 ) -> None:
     """Run the whole hub: HTTP API, web page, MCP endpoint, ingest worker, delivery consumer."""
     import uvicorn
@@ -59,7 +64,8 @@ def serve(
     logs.configure()
     url = resolve_db(db, DEMO_DB if demo else DEFAULT_DB)
     try:
-        runtime = Runtime(url, admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None))
+        runtime = Runtime(url, admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None),
+                          attachments_dir=attachments_dir)
     except ValueError as exc:
         fail(str(exc), 2)
     except Exception as exc:  # noqa: BLE001 - one-line reason, exit 1
