@@ -99,6 +99,7 @@ def test_the_snippet_is_escaped_html(client, scene):
     post_text(client, scene["alice"]["token"], scene["kitchen"], "<script>x</script> zucchini & co")
     (hit,) = search(client, scene["alice"]["token"], q="zucchini")
     assert "<script>" not in hit["snippet"] and "<mark>zucchini</mark>" in hit["snippet"]
+    assert "script&gt;x&lt;/script&gt; <mark>zucchini</mark> &amp; co" in hit["snippet"]  # kept, as text
 
 
 def test_filters_channel_conversation_author_and_time(client, scene, runtime):

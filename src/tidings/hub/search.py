@@ -86,7 +86,7 @@ def parse_request(
 
 def marked_snippet(marked: str | None) -> str:
     """The store's marked excerpt as HTML: escaped text, matches in ``<mark>``."""
-    escaped = html.escape(marked or "", quote=True)
+    escaped = html.escape((marked or "").replace(search_store.LT_STANDIN, "<"), quote=True)
     return escaped.replace(search_store.MARK_START, "<mark>").replace(search_store.MARK_END, "</mark>")
 
 

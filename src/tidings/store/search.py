@@ -32,6 +32,9 @@ from .sql import PerDialect
 
 MARK_START = "\x02"
 MARK_END = "\x03"
+# PostgreSQL's ts_headline drops anything shaped like an HTML tag; "<" goes in as this and
+# comes back out as "<" (``hub.search.marked_snippet``).
+LT_STANDIN = "\x01"
 MAX_WORDS = 16
 _WORD = re.compile(r"[^\W_]+")
 
@@ -87,7 +90,8 @@ HUB_SEARCH = PerDialect(
         "ORDER BY score DESC, m.seq DESC LIMIT :limit"
     ),
     postgresql=(
-        "SELECT r.*, ts_headline('simple', r.text, to_tsquery('simple', :tsquery), :headline) AS snippet_marked "
+        "SELECT r.*, ts_headline('simple', replace(r.text, '<', chr(1)), to_tsquery('simple', :tsquery), :headline) "
+        "AS snippet_marked "
         f"FROM (SELECT {MESSAGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
         "FROM messages m "
         f"WHERE m.search_tsv @@ to_tsquery('simple', :tsquery) AND {_HUB_FILTERS}"
@@ -122,7 +126,8 @@ BRIDGE_SEARCH = PerDialect(
         "ORDER BY score DESC, m.occurred_at_ms DESC, m.id DESC LIMIT :limit"
     ),
     postgresql=(
-        "SELECT r.*, ts_headline('simple', r.body, to_tsquery('simple', :tsquery), :headline) AS snippet_marked "
+        "SELECT r.*, ts_headline('simple', replace(r.body, '<', chr(1)), to_tsquery('simple', :tsquery), :headline) "
+        "AS snippet_marked "
         f"FROM (SELECT {_BRIDGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
         f"FROM bridge_messages m {_BRIDGE_JOINS}"
         f"WHERE m.search_tsv @@ to_tsquery('simple', :tsquery) AND {_BRIDGE_FILTERS}"

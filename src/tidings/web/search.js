@@ -111,7 +111,7 @@
         el("time", { class: "hit-at", datetime: new Date(at).toISOString() }, fmtTime(at))),
       el("div", { class: "hit-snippet" }, snippetNodes(hit.snippet)),
       m.attachments && m.attachments.length
-        ? el("div", { class: "hit-attachments" }, m.attachments.map((a) => `📎 ${a.name || "attachment"}`).join("  "))
+        ? el("div", { class: "hit-attachments" }, `attached: ${m.attachments.map((a) => a.name || "a file").join(", ")}`)
         : null);
   }
 
