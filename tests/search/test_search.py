@@ -202,3 +202,22 @@ def test_query_words_and_the_match_rule():
     assert search_store.query_words("Pump-kin  PASTA pasta, 100%_x") == ["pump", "kin", "pasta", "100", "x"]
     assert search_store.text_matches(["pump", "past"], "Pumpkin pasta!")
     assert not search_store.text_matches(["umpkin"], "Pumpkin")
+
+
+def test_ranking_looks_at_the_newest_matches_only(client, scene, runtime, monkeypatch):
+    """RANK_WINDOW: a very common word is ranked among its newest readable uses; a rarer
+    word (fewer matches than the window) is found however old it is."""
+    token = scene["alice"]["token"]
+    kitchen = scene["kitchen"]
+    old = post_text(client, token, kitchen, "quince quince quince quince")  # the best match, but old
+    newer = []
+    for i in range(4):
+        runtime.clock.advance(1_000)
+        newer.append(post_text(client, token, kitchen, f"quince number {i} with many other words around it")["id"])
+    monkeypatch.setattr(search_store, "RANK_WINDOW", 3)
+    hits = [h["message"]["id"] for h in search(client, token, q="quince")]
+    assert sorted(hits) == sorted(newer[-3:])  # the three newest readable matches, ranked
+    assert search(client, token, q="quince", channel_id=scene["shared"]) == []
+    monkeypatch.setattr(search_store, "RANK_WINDOW", 1000)
+    hits = [h["message"]["id"] for h in search(client, token, q="quince")]
+    assert hits[0] == old["id"] and len(hits) == 5

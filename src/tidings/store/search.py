@@ -80,22 +80,33 @@ _HUB_FILTERS = (
 )
 _HEADLINE = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords=24, MinWords=8, ShortWord=0"
 
+#: Ranking looks at the newest RANK_WINDOW readable matches (all of them for any word
+#: rarer than that); a very common word is ranked among its recent uses, never by reading
+#: and scoring every message that contains it.
+RANK_WINDOW = 1000
+
 HUB_SEARCH = PerDialect(
     name="search.hub_messages",
     sqlite=(
-        f"SELECT {MESSAGE_COLUMNS}, -bm25(messages_fts) AS score, "
-        "snippet(messages_fts, 0, char(2), char(3), '…', 24) AS snippet_marked "
+        "WITH hits AS (SELECT m.seq AS seq, -bm25(messages_fts) AS score "
         "FROM messages_fts JOIN messages m ON m.seq = messages_fts.rowid "
         f"WHERE messages_fts MATCH :match AND {_HUB_FILTERS}"
-        "ORDER BY score DESC, m.seq DESC LIMIT :limit"
+        "ORDER BY messages_fts.rowid DESC LIMIT :window), "
+        "top AS (SELECT seq, score FROM hits ORDER BY score DESC, seq DESC LIMIT :limit) "
+        f"SELECT {MESSAGE_COLUMNS}, top.score AS score, "
+        "snippet(messages_fts, 0, char(2), char(3), '…', 24) AS snippet_marked "
+        "FROM top CROSS JOIN messages_fts CROSS JOIN messages m "
+        "WHERE messages_fts MATCH :match AND messages_fts.rowid = top.seq AND m.seq = top.seq "
+        "ORDER BY top.score DESC, m.seq DESC"
     ),
     postgresql=(
-        "SELECT r.*, ts_headline('simple', replace(r.text, '<', chr(1)), to_tsquery('simple', :tsquery), :headline) "
-        "AS snippet_marked "
-        f"FROM (SELECT {MESSAGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
-        "FROM messages m "
+        "WITH hits AS (SELECT m.seq FROM messages m "
         f"WHERE m.search_tsv @@ to_tsquery('simple', :tsquery) AND {_HUB_FILTERS}"
-        "ORDER BY score DESC, m.seq DESC LIMIT :limit) r ORDER BY r.score DESC, r.seq DESC"
+        "ORDER BY m.seq DESC LIMIT :window), "
+        f"top AS (SELECT {MESSAGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
+        "FROM hits JOIN messages m ON m.seq = hits.seq ORDER BY score DESC, m.seq DESC LIMIT :limit) "
+        "SELECT top.*, ts_headline('simple', replace(top.text, '<', chr(1)), to_tsquery('simple', :tsquery), "
+        ":headline) AS snippet_marked FROM top ORDER BY top.score DESC, top.seq DESC"
     ),
 )
 
@@ -119,26 +130,33 @@ _BRIDGE_FILTERS = (
 BRIDGE_SEARCH = PerDialect(
     name="search.bridge_messages",
     sqlite=(
-        f"SELECT {_BRIDGE_COLUMNS}, -bm25(bridge_messages_fts) AS score, "
-        "snippet(bridge_messages_fts, 0, char(2), char(3), '…', 24) AS snippet_marked "
-        f"FROM bridge_messages_fts JOIN bridge_messages m ON m.rowid = bridge_messages_fts.rowid {_BRIDGE_JOINS}"
+        "WITH hits AS (SELECT m.rowid AS rid, -bm25(bridge_messages_fts) AS score "
+        "FROM bridge_messages_fts JOIN bridge_messages m ON m.rowid = bridge_messages_fts.rowid "
         f"WHERE bridge_messages_fts MATCH :match AND {_BRIDGE_FILTERS}"
-        "ORDER BY score DESC, m.occurred_at_ms DESC, m.id DESC LIMIT :limit"
+        "ORDER BY bridge_messages_fts.rowid DESC LIMIT :window), "
+        "top AS (SELECT rid, score FROM hits ORDER BY score DESC, rid DESC LIMIT :limit) "
+        f"SELECT {_BRIDGE_COLUMNS}, top.score AS score, "
+        "snippet(bridge_messages_fts, 0, char(2), char(3), '…', 24) AS snippet_marked "
+        "FROM top CROSS JOIN bridge_messages_fts CROSS JOIN bridge_messages m "
+        f"{_BRIDGE_JOINS}"
+        "WHERE bridge_messages_fts MATCH :match AND bridge_messages_fts.rowid = top.rid AND m.rowid = top.rid "
+        "ORDER BY top.score DESC, m.occurred_at_ms DESC, m.id DESC"
     ),
     postgresql=(
-        "SELECT r.*, ts_headline('simple', replace(r.body, '<', chr(1)), to_tsquery('simple', :tsquery), :headline) "
-        "AS snippet_marked "
-        f"FROM (SELECT {_BRIDGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
-        f"FROM bridge_messages m {_BRIDGE_JOINS}"
+        "WITH hits AS (SELECT m.id FROM bridge_messages m "
         f"WHERE m.search_tsv @@ to_tsquery('simple', :tsquery) AND {_BRIDGE_FILTERS}"
-        "ORDER BY score DESC, m.occurred_at_ms DESC, m.id DESC LIMIT :limit) r "
-        "ORDER BY r.score DESC, r.occurred_at_ms DESC, r.id DESC"
+        "ORDER BY m.occurred_at_ms DESC, m.id DESC LIMIT :window), "
+        f"top AS (SELECT {_BRIDGE_COLUMNS}, ts_rank(m.search_tsv, to_tsquery('simple', :tsquery)) AS score "
+        f"FROM hits JOIN bridge_messages m ON m.id = hits.id {_BRIDGE_JOINS}"
+        "ORDER BY score DESC, m.occurred_at_ms DESC, m.id DESC LIMIT :limit) "
+        "SELECT top.*, ts_headline('simple', replace(top.body, '<', chr(1)), to_tsquery('simple', :tsquery), "
+        ":headline) AS snippet_marked FROM top ORDER BY top.score DESC, top.occurred_at_ms DESC, top.id DESC"
     ),
 )
 
 
 def _query_params(words: list[str]) -> dict[str, Any]:
-    return {"match": _fts5_match(words), "tsquery": _tsquery(words), "headline": _HEADLINE}
+    return {"match": _fts5_match(words), "tsquery": _tsquery(words), "headline": _HEADLINE, "window": RANK_WINDOW}
 
 
 def hub_messages(
