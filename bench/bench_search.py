@@ -22,7 +22,6 @@ Wall-clock time on a shared machine: the figures are noisy; nothing here is pinn
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import random
 import sys

@@ -61,14 +61,16 @@ def parse_request(
     author: Any = None,
     before_ms: Any = None,
     after_ms: Any = None,
+    field: str = "q",
 ) -> SearchRequest:
-    """A checked request (a 400 ``bad_query`` / ``bad_request`` otherwise)."""
+    """A checked request (a 400 ``bad_query`` / ``bad_request`` otherwise); ``field`` names
+    the query in error messages."""
     query = q.strip() if isinstance(q, str) else ""
     if not query or len(query) > MAX_QUERY:
-        raise BadRequest(f"q must be 1 to {MAX_QUERY} characters", code="bad_query")
+        raise BadRequest(f"{field} must be 1 to {MAX_QUERY} characters", code="bad_query")
     words = search_store.query_words(query)
     if not words:
-        raise BadRequest("q has no word to search for (letters or digits)", code="bad_query")
+        raise BadRequest(f"{field} has no word to search for (letters or digits)", code="bad_query")
     for name, value in (("channel_id", channel_id), ("conversation_id", conversation_id), ("author", author)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > MAX_ID):
             raise BadRequest(f"{name} must be 1 to {MAX_ID} characters")

@@ -263,7 +263,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         who = agent(ctx)
         req = search_hub.parse_request(
             query, limit=limit, channel_id=channel_id, conversation_id=conversation_id, author=author,
-            before_ms=before_ms, after_ms=after_ms,
+            before_ms=before_ms, after_ms=after_ms, field="query",
         )
         with store.read() as tx:
             hub_rows, bridge_rows = search_hub.search_rows(tx, who, req)
