@@ -218,6 +218,6 @@ def test_ranking_looks_at_the_newest_matches_only(client, scene, runtime, monkey
     hits = [h["message"]["id"] for h in search(client, token, q="quince")]
     assert sorted(hits) == sorted(newer[-3:])  # the three newest readable matches, ranked
     assert search(client, token, q="quince", channel_id=scene["shared"]) == []
-    monkeypatch.setattr(search_store, "RANK_WINDOW", 1000)
+    monkeypatch.setattr(search_store, "RANK_WINDOW", 300)
     hits = [h["message"]["id"] for h in search(client, token, q="quince")]
     assert hits[0] == old["id"] and len(hits) == 5

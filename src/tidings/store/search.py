@@ -83,7 +83,7 @@ _HEADLINE = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords=24, MinWords=8
 #: Ranking looks at the newest RANK_WINDOW readable matches (all of them for any word
 #: rarer than that); a very common word is ranked among its recent uses, never by reading
 #: and scoring every message that contains it.
-RANK_WINDOW = 1000
+RANK_WINDOW = 300
 
 HUB_SEARCH = PerDialect(
     name="search.hub_messages",
