@@ -23,6 +23,7 @@ import json
 import time
 from typing import Any
 
+from tidings.store.search import INDEX_COLUMNS
 from benchlib import INGEST_TABLES, PROJECTED_TABLES, Databases, Reporter, inbox_outcomes, latency_ms, raw_connect, ratio, table_counts
 
 # A batching bridge's request size for the "frames a request" run (the HTTP edge takes up to 1,000).
@@ -237,7 +238,10 @@ def dump(url: str) -> dict[str, tuple[list[str], list[tuple]]]:
         for table in INGEST_TABLES:
             cur = conn.execute(f"SELECT * FROM {table}")
             columns = [d[0] for d in cur.description]
-            out[table] = (columns, cur.fetchall())
+            rows = cur.fetchall()
+            # the search index's generated column is written by the database, never by us
+            keep = [i for i, c in enumerate(columns) if c not in INDEX_COLUMNS]
+            out[table] = ([columns[i] for i in keep], [tuple(r[i] for i in keep) for r in rows])
         return out
     finally:
         conn.close()

@@ -686,3 +686,44 @@ add("echo.incoming_not_claimed", ECHO_SRC,
     "    tx.execute(_MAKE_OUTGOING, {\"id\": message_id})\n    return False",
     t(BECHO, "test_signal_data_message_with_our_timestamp_is_ours_without_an_account"),
     why="our own message handed back as a dataMessage is posted into the channel a second time")
+# == search, network time, attachments (issue 15 part B; D58-D61) ==================================
+SEARCH_HUB = "src/tidings/hub/search.py"
+SEARCH_STORE = "src/tidings/store/search.py"
+SEARCH_PROP = "tests/search/test_search_property.py"
+SEARCH_API = "tests/search/test_search.py"
+ATT = "tests/test_attachments.py"
+add("search.every_channel_readable", SEARCH_HUB,
+    "account_id=who.account_id, all_channels=who.is_admin,",
+    "account_id=who.account_id, all_channels=True,",
+    t(SEARCH_PROP, "test_search_returns_exactly_the_readable_matching_messages"),
+    why="search shows messages of channels the caller is not a member of")
+add("search.every_bridge_readable", SEARCH_HUB,
+    "owner_id=owner, all_bridges=owner is None,",
+    "owner_id=owner, all_bridges=True,",
+    t(SEARCH_PROP, "test_search_returns_exactly_the_readable_matching_messages"),
+    why="search shows bridged chats of other owners")
+add("search.deleted_hub_messages_found", SEARCH_STORE,
+    '    "m.deleted_at_ms IS NULL "\n',
+    '    "1 = 1 "\n',
+    t(SEARCH_API, "test_the_index_follows_edits_and_deletes"),
+    why="a deleted channel message is still found")
+add("network_time.not_passed_on", "src/tidings/bridges/links.py",
+    "                    occurred_at_ms=change.occurred_at_ms,\n",
+    "",
+    t("tests/test_network_time.py", "test_a_linked_message_keeps_its_network_time_and_the_channel_keeps_hub_order"),
+    why="a linked message shows when the hub got it, not when it was sent")
+add("attachments.not_projected", "src/tidings/ingest/projection.py",
+    '            if result == "inserted" and ev.attachments:',
+    "            if False:",
+    t(ATT, "test_metadata_from_all_three_codecs_is_kept_and_shown"),
+    why="attachment metadata is dropped after decoding")
+add("attachments.hash_unchecked", "src/tidings/blobs.py",
+    "        if self.hasher.hexdigest() != self.sha256:",
+    "        if False:",
+    t(ATT, "test_upload_limits_and_checks"),
+    why="bytes are stored under a name that is not their hash")
+add("attachments.anyone_uploads", "src/tidings/hub/attachments.py",
+    '    if who.scope != "bridge" or who.bridge_id != bridge_id:',
+    '    if who.scope != "bridge":',
+    t(ATT, "test_upload_limits_and_checks"),
+    why="a bridge uploads bytes for another bridge's attachments")

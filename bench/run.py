@@ -46,6 +46,8 @@ import benchlib  # noqa: E402
 
 DEFAULT_JSON = BENCH_DIR / "results" / "latest.json"
 SECTIONS = ("ingest", "latency", "fanout", "recovery", "stuck")
+# Run only when named in --only (a 1M-message load takes minutes): bench_search.py.
+OPTIONAL_SECTIONS = ("search",)
 
 TARGETS = {
     "ingest_frames_per_s_sqlite": 5_000,
@@ -107,6 +109,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="instead of the sections: N real nodes on one PostgreSQL database, per N (bench_cluster)")
     p.add_argument("--heartbeat-ms", type=int, help="--cluster: the nodes' heartbeat (default: theirs, 2000)")
     p.add_argument("--dead-after-ms", type=int, help="--cluster: the nodes' dead-after interval (default 10000)")
+    p.add_argument("--search-messages", type=int, default=1_000_000,
+                   help="messages loaded for the search section (--only search)")
+    p.add_argument("--search-queries", type=int, default=10, help="queries per band and engine (search section)")
     return p.parse_args(argv)
 
 
@@ -141,9 +146,10 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
     if args.seconds:
         sizes.latency_s = args.seconds
     only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
-    unknown = set(only) - set(SECTIONS)
+    unknown = set(only) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if unknown:
-        err.print(f"error: unknown sections {sorted(unknown)}; choose from {list(SECTIONS)}", markup=False)
+        err.print(f"error: unknown sections {sorted(unknown)}; choose from {list(SECTIONS + OPTIONAL_SECTIONS)}",
+                  markup=False)
         return 2
     backends = _backends(args.backend)
     if args.naive == "same":
@@ -349,7 +355,15 @@ def _stuck(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> di
                            naive_on=run.naive_on, dbs=dbs, reporter=reporter, harness_check=not run.args.smoke)
 
 
-SECTION_RUNNERS = {"ingest": _ingest, "latency": _latency, "fanout": _fanout, "recovery": _recovery, "stuck": _stuck}
+def _search(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_search
+
+    messages = 2_000 if run.args.smoke else run.args.search_messages
+    return bench_search.run(run.backends, messages, run.args.search_queries, dbs)
+
+
+SECTION_RUNNERS = {"ingest": _ingest, "latency": _latency, "fanout": _fanout, "recovery": _recovery, "stuck": _stuck,
+                   "search": _search}
 
 
 # -- checks (correctness, never speed) ---------------------------------------------------------------
@@ -523,6 +537,19 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("5 stuck backlog", f"unprocessed after restart, {where}", backend, ours["unprocessed_after_restart"],
                 "naive (before)" if naive else "", naive["unprocessed_after_restart"] if naive else None, "", "0",
                 ours["unprocessed_after_restart"] == 0)
+    search = results.get("search", {})
+    for backend in ("sqlite", "postgresql"):
+        part = search.get(backend)
+        if not part:
+            continue
+        n = search["messages"]
+        add("6 search", f"load rows/s with the index, {n:,} messages", backend, part["load_rows_per_s"])
+        for band in ("rare", "medium", "common"):
+            idx, like = part[band]["index"], part[band]["like"]
+            add("6 search", f"queries/s, {band} word", backend, idx["queries_per_s"], "LIKE scan (before)",
+                like["queries_per_s"], f"×{part[band]['speedup_qps']}", digits=1)
+            add("6 search", f"p99 ms, {band} word", backend, idx["p99_ms"], "LIKE scan (before)", like["p99_ms"],
+                _ratio(idx["p99_ms"], like["p99_ms"]), digits=1)
     return rows
 
 

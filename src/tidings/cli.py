@@ -58,10 +58,16 @@ def serve(
     port: Optional[int] = typer.Option(None, help="TCP port (default 7860)."),
     metrics_bind: Optional[str] = typer.Option(None, "--metrics-bind", help="HOST:PORT: serve /metrics there, no token."),
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
+    attachments_dir: Optional[str] = typer.Option(
+        None, "--attachments-dir", envvar="TIDINGS_ATTACHMENTS_DIR",
+        help="Folder for attachment bytes (default: <db>.attachments beside a SQLite file; "
+        "~/.local/share/tidings/attachments for PostgreSQL).",
+    ),
 ) -> None:
     """Run the whole hub: HTTP API, web page, MCP endpoint, ingest worker, delivery consumer."""
     from . import logs
     from .config import ConfigError, resolve
+    from .cluster.guard import AnotherServer
     from .serving import PortBusy, ServeOptions
     from .serving import serve as run_serve
 
@@ -79,10 +85,11 @@ def serve(
         admin_token_file=settings.admin_token_file, metrics_bind=settings.metrics_bind,
         max_body=settings.max_body_bytes, delivery_overrides=settings.delivery_overrides(),
         log_level="warning" if settings.log_level in ("debug", "info") else settings.log_level,
+        attachments_dir=attachments_dir,
     )
     try:
         code = run_serve(options, _say)
-    except PortBusy as exc:
+    except (PortBusy, AnotherServer) as exc:
         fail(str(exc))
     except ValueError as exc:
         fail(str(exc), 2)

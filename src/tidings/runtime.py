@@ -7,6 +7,7 @@ database with a fresh bus, which is exactly what a crash loses.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import structlog
@@ -34,6 +35,7 @@ class Runtime:
         admin_token: str | None = None,
         cluster: bool = False,
         address: str = "",
+        attachments_dir: str | None = None,
     ) -> None:
         self.clock = clock
         self.faults = faults if faults is not None else Faults.from_env()
@@ -43,6 +45,10 @@ class Runtime:
         self.generated_admin_token = accounts.bootstrap(self.store, admin_token)
         self.system_account_id = accounts.system_account_id(self.store)
         self.started = False
+        # Attachment bytes: a content-addressed folder (hub.attachments, blobs.py).
+        self.attachments_dir = attachments_dir
+        self.attachment_max_bytes = int(os.environ.get("TIDINGS_ATTACHMENT_MAX_BYTES", 50 * 1024 * 1024))
+        self._blobs: Any = None
         # The engines. Each is built here, started by start(), stopped by stop(), and
         # contributes its section to status(). (Guarded imports while the engines land.)
         self.links = Links(self)
@@ -54,6 +60,19 @@ class Runtime:
             from .cluster.node import attach
 
             self.cluster = attach(self, address)
+
+    @property
+    def blobs(self) -> Any:
+        """The attachment blob store (a folder beside the database unless configured)."""
+        if self._blobs is None:
+            from .blobs import FolderBlobStore, default_dir
+
+            self._blobs = FolderBlobStore(self.attachments_dir or default_dir(self.store.url))
+        return self._blobs
+
+    @blobs.setter
+    def blobs(self, value: Any) -> None:
+        self._blobs = value
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:

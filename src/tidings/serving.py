@@ -96,6 +96,7 @@ class ServeOptions:
     metrics_bind: str | None = None
     max_body: int | None = None
     delivery_overrides: dict[str, Any] | None = None
+    attachments_dir: str | None = None
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -155,7 +156,8 @@ def serve(options: ServeOptions, say: Callable[[str], None], build_app: Callable
         base = f"http://{options.host}:{options.port}"
         serve_lock = one_server_per_sqlite_file(options.db_url)  # noqa: F841 - held while serving
         with dbfiles.removed_on_failure(options.db_url):
-            runtime = Runtime(options.db_url, admin_token=admin_token, cluster=True, address=base)
+            runtime = Runtime(options.db_url, admin_token=admin_token, cluster=True, address=base,
+                              attachments_dir=options.attachments_dir)
         if options.delivery_overrides and runtime.delivery is not None:
             from .delivery.engine import Delivery
 

@@ -88,7 +88,7 @@ def _extensions():
 
     out = []
     for module_name in ("tidings.api.sessions", "tidings.api.bridges", "tidings.api.conversations", "tidings.api.links", "tidings.api.outbox", "tidings.api.pins_asks", "tidings.api.web", "tidings.api.docs", "tidings.mcp.http",
-                        "tidings.api.metrics_route", "tidings.api.admin_routes"):
+                        "tidings.api.metrics_route", "tidings.api.admin_routes", "tidings.api.search", "tidings.api.attachments"):
         try:
             module = import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -181,4 +181,7 @@ def get_message(message_id: str, request: Request, who: Principal = Depends(deps
         if row is None:
             raise NotFound("unknown message", code="unknown_message")
         channels_hub.visible_channel(tx, who, row["channel_id"])
-        return {"message": outbox.with_outbound(tx, [public_message(row)])[0]}
+        from ..hub.attachments import public_channel_messages
+
+        (message,) = public_channel_messages(tx, [row])
+        return {"message": outbox.with_outbound(tx, [message])[0]}

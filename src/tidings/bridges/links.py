@@ -102,6 +102,7 @@ class Links:
                 _, inserted = self.runtime.posting.post(
                     author_id=bridge_account, channel_id=channel_id, text=text,
                     client_request_id=link_request_id(channel_id, change.message_id), tx=tx,
+                    occurred_at_ms=change.occurred_at_ms,
                 )
                 if inserted and self.runtime.ingest is not None:
                     tx.after_commit(lambda b=change.bridge_id: self.runtime.ingest.counters.of(b).incr("links_posted"))

@@ -207,7 +207,9 @@ def list_messages(store: Store, principal: Principal, channel_id: Any, after_seq
     with store.read() as tx:
         channel = visible_channel(tx, principal, channel_id)
         rows = messages_store.messages_after(tx, channel["id"], after, lim)
-        return outbox.with_outbound(tx, [public_message(r) for r in rows])
+        from .attachments import public_channel_messages  # (hub.attachments imports this module)
+
+        return outbox.with_outbound(tx, public_channel_messages(tx, rows))
 
 
 def public_channel(row: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +250,8 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "blocks": row["blocks"],
         "text": row["text"],
     }
+    if row.get("occurred_at_ms") is not None:
+        out["occurred_at_ms"] = row["occurred_at_ms"]  # the network time (a linked message)
     if row.get("edited_at_ms") is not None:
         out["edited_at_ms"] = row["edited_at_ms"]
     if row.get("deleted_at_ms") is not None:

@@ -85,11 +85,13 @@ class Posting:
         client_request_id: Any = None,
         is_admin: bool = False,
         tx: Tx | None = None,
+        occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Post as ``author_id``; returns (message row, inserted).
 
         With ``tx`` the post joins the caller's transaction (bridge links post in the same
         transaction as the projection) and the publish waits for that commit.
+        ``occurred_at_ms``: the network time of a message that came from a network.
         """
         clean, joined = normalize_blocks(text, blocks)
         topic_name = DEFAULT_TOPIC if topic is None else topic
@@ -100,7 +102,7 @@ class Posting:
             raise BadRequest(f"client_request_id must be a string of at most {MAX_CLIENT_REQUEST_ID} characters")
         if not isinstance(channel_id, str):
             raise NotFound("unknown channel", code="unknown_channel")
-        args = (author_id, channel_id, clean, joined, topic_name.strip(), crid, is_admin)
+        args = (author_id, channel_id, clean, joined, topic_name.strip(), crid, is_admin, occurred_at_ms)
         if tx is not None:
             return self._post_in(tx, *args)
         try:
@@ -114,7 +116,8 @@ class Posting:
             return existing, False
 
     def _post_in(
-        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool
+        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+        occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         channel = channels_store.channel(tx, channel_id)
         if channel is None:
@@ -150,6 +153,7 @@ class Posting:
             blocks=blocks,
             text=text,
             client_request_id=crid,
+            occurred_at_ms=occurred_at_ms,
         )
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
@@ -173,6 +177,7 @@ class Posting:
             "edited_at_ms": None,
             "deleted_at_ms": None,
             "mentions_routed_at": None,
+            "occurred_at_ms": occurred_at_ms,
         }
         return row, True
 

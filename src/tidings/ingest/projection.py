@@ -51,10 +51,11 @@ from typing import Any, Callable
 
 from ..bridges import echo
 from ..counters import Counters
-from ..store import bridge_messages, conversations, identities, reactions, read_cursors
+from ..store import attachments, bridge_messages, conversations, identities, reactions, read_cursors
 from ..store.conversations import RosterError, RosterRow
 from ..store.engine import Tx
 from ..store.reactions import SELF_REACTOR, SnapshotEntry
+from .attachments import metadata as attachment_metadata
 from .events import (
     PLATFORMS,
     ConversationEvent,
@@ -383,6 +384,8 @@ class _Frame:
             )
             if result is not None:
                 self.wrote("messages_written")
+            if result == "inserted" and ev.attachments:  # metadata, with the message only (D61)
+                attachments.insert_all(tx, mid, bridge_id, [attachment_metadata(a) for a in ev.attachments])
             incoming = direction == "incoming"
             if sender_roster and incoming and not sender[3]:
                 if conversations.ensure_participant(

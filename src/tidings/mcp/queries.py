@@ -3,8 +3,9 @@
 * ``search_channel_messages`` -- hub messages whose text contains the query
   (case-insensitive), in channels the account is a member of, newest first. Membership is
   the join itself, so a channel the account cannot see never contributes a row. Deleted
-  messages are never found. It is a LIKE scan over the member's channels: fine for a
-  hub's volume; a full-text index is the upgrade path if it ever is not.
+  messages are never found. A LIKE scan over the member's channels: no tool uses it any
+  more (``search_messages`` goes through the full-text index, ``hub.search``); it stays as
+  the baseline ``bench/bench_search.py`` measures the index against.
 * ``bridge_account_ids`` -- the accounts bridges post as (bridge links), so a channel
   message carrying a bridge's external text can be marked untrusted.
 """

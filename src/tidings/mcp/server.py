@@ -14,7 +14,7 @@ use cases, so the MCP surface has exactly the HTTP API's rules:
 * bridge conversations: ``api.conversations`` (admin, the bridge's owner and the owner's
   agents; everyone else "unknown conversation" / "unknown bridge");
 * search: hub messages in the agent's channels, plus bridge messages of the bridges its
-  owner owns (``store.bridge_messages.search``).
+  owner owns, through the full-text index (``hub.search``).
 
 Results are JSON objects (structured content, and the same JSON as text). Anything that
 carries text from outside the hub (bridge messages, conversation titles and names, and
@@ -44,8 +44,9 @@ from ..api import conversations as conversations_api
 from ..errors import BadRequest, NotFound, TidingsError
 from ..hub import channels as channels_hub
 from ..hub import refs
+from ..hub import attachments as attachments_hub
+from ..hub import search as search_hub
 from ..hub.tokens import Principal
-from ..store import bridge_messages
 from ..store import inbox as inbox_store
 from ..store import messages as messages_store
 from . import queries
@@ -258,28 +259,36 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         query: str,
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=SEARCH_MAX_LIMIT)] = SEARCH_DEFAULT_LIMIT,
+        channel_id: Annotated[str | None, Field(description="Only messages of this channel.")] = None,
+        conversation_id: Annotated[str | None, Field(description="Only messages of this bridged conversation.")] = None,
+        author: Annotated[
+            str | None, Field(description="Only this author: an account id, or a sender identity id.")
+        ] = None,
+        before_ms: Annotated[int | None, Field(ge=0, description="Only messages sent before (unix ms).")] = None,
+        after_ms: Annotated[int | None, Field(ge=0, description="Only messages sent after (unix ms).")] = None,
     ) -> dict[str, Any]:
-        """Case-insensitive text search, newest first: messages in your channels
+        """Full-text search, best match first: messages in your channels
         (``channel_messages``) and in the bridged conversations you may read
-        (``bridge_messages``), at most ``limit`` of each."""
+        (``bridge_messages``), at most ``limit`` of each. Every word of ``query`` must
+        start a word of the message (``pump past`` finds "Pumpkin pasta"). Each hit has a
+        ``snippet`` with the matches in ``<mark>`` and a ``score``."""
         who = agent(ctx)
-        needle = query.strip()
-        if not needle or len(needle) > SEARCH_MAX_QUERY:
-            raise BadRequest(f"query must be 1 to {SEARCH_MAX_QUERY} characters", code="bad_query")
+        req = search_hub.parse_request(
+            query, limit=limit, channel_id=channel_id, conversation_id=conversation_id, author=author,
+            before_ms=before_ms, after_ms=after_ms, field="query",
+        )
         with store.read() as tx:
-            hub_rows = queries.search_channel_messages(tx, who.account_id, needle, limit)
-            out = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in hub_rows])
-            owner = conversations_api.readable_owner(tx, who)
-            bridge_rows = (
-                []
-                if owner == conversations_api.NOBODY
-                else bridge_messages.search(tx, needle, limit=limit, owner_id=owner)
-            )
+            hub_rows, bridge_rows = search_hub.search_rows(tx, who, req)
+            hub_hits = [_hub_hit(r) for r in hub_rows]
+            attachments_hub.add_to_channel_messages(tx, hub_rows, hub_hits)
+            out = _mark_channel_messages(tx, hub_hits)
+            bridge_hits = [_bridge_hit(r) for r in bridge_rows]
+            attachments_hub.add_to_bridge_messages(tx, bridge_hits)
         return _untrusted(
             {
-                "query": needle,
+                "query": req.query,
                 "channel_messages": out["messages"],
-                "bridge_messages": [_bridge_hit(r) for r in bridge_rows],
+                "bridge_messages": bridge_hits,
             }
         )
 
@@ -338,4 +347,14 @@ def _bridge_hit(row: dict[str, Any]) -> dict[str, Any]:
     out["bridge_id"] = row["bridge_id"]
     out["conversation_title"] = row["conversation_title"]
     out["remote_conversation_id"] = row["remote_conversation_id"]
+    out["snippet"] = search_hub.marked_snippet(row["snippet_marked"])
+    out["score"] = float(row["score"])
+    return out
+
+
+def _hub_hit(row: dict[str, Any]) -> dict[str, Any]:
+    """A channel message found by search: the Message shape with its snippet and score."""
+    out = channels_hub.public_message(row)
+    out["snippet"] = search_hub.marked_snippet(row["snippet_marked"])
+    out["score"] = float(row["score"])
     return out

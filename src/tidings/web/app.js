@@ -528,17 +528,22 @@
     const body = m.deleted
       ? el("div", { class: "text deleted" }, "message deleted")
       : messageBody(m); // pins and asks: see "pins and ask blocks" below
+    const extras = window.tidingsExtras; // search.js: network time, attachments
+    const shownAt = extras ? extras.shownTime(m) : m.at_unix_ms;
     return el("li", { class: "msg", dataset: { id: m.id, seq: m.seq, author: m.author_account_id, at: m.at_unix_ms } },
       avatar,
       el("div", { class: "msg-main" },
         el("div", { class: "meta" },
           el("span", { class: "author", dataset: { author: m.author_account_id } }, authorLabel(m.author_account_id)),
           el("span", { class: "kind", dataset: { author: m.author_account_id }, hidden: !label }, label),
-          el("time", { class: "at", datetime: new Date(m.at_unix_ms).toISOString(), title: new Date(m.at_unix_ms).toLocaleString() },
-            fmtTime(m.at_unix_ms)),
+          el("time", { class: "at", datetime: new Date(shownAt).toISOString(),
+            title: extras ? extras.timeTitle(m) : new Date(shownAt).toLocaleString(),
+            dataset: m.occurred_at_ms ? { network: m.occurred_at_ms } : null }, fmtTime(shownAt)),
           m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null,
           pinButton(m)),
-        body, outboundNode(m)));
+        body,
+        extras && !m.deleted ? extras.attachmentsNode(m) : null,
+        outboundNode(m)));
   }
 
   function upsertMessage(m) {
@@ -976,6 +981,13 @@
   }
 
   // -- wiring -----------------------------------------------------------------------------------
+  // What search.js (search box, attachments, network times) uses of this page.
+  window.tidingsPage = {
+    api, el, clear, fmtTime, selectChannel,
+    token: () => state.token,
+    channelName: (id) => (state.channels.get(id) || {}).name,
+  };
+
   function boot() {
     $("login-form").addEventListener("submit", (event) => {
       event.preventDefault();
