@@ -577,8 +577,8 @@ add("pins.sweep_before_cursor", CONSUMER,
     t(DPINS, "test_the_start_sweep_runs_cursors_then_pins_in_position_order_then_owed_mentions"),
     why="the pins overtake the cursor backlog at start")
 add("pins.owed_and_pinned_sent_twice", PIN_SWEEP,
-    '    if pinned and outcome == OFFER_OK:\n        del pending[message["id"]]',
-    '    if False:\n        del pending[message["id"]]',
+    '    if pinned and outcome == OFFER_OK:\n        del pending[dispatch.message_id]',
+    '    if False:\n        del pending[dispatch.message_id]',
     t(DPINS, "test_p3_stricter_a_message_both_owed_and_pinned_is_sent_once_with_both_flags"),
     why="a message the cursor sweep sent is sent again by the pin sweep (the reference's P3)")
 add("pins.sixth_pin_allowed", PINS_HUB,
@@ -632,7 +632,7 @@ add("catchup.swept_steer_pushed_again", CONSUMER,
     t(CATCHUP, "test_a_mention_committed_before_the_sweep_read_it_is_steered_once"),
     why="a mention the start sweep already steered is pushed again live")
 add("dispatch.mentions_you_constant", "src/tidings/delivery/sessions.py",
-    '                "mentions_you": self.mentions_you}', '                "mentions_you": True}',
+    '               "mentions_you": self.mentions_you}', '               "mentions_you": True}',
     t(CATCHUP, "test_live_dispatches_carry_mentions_you"),
     why="every dispatch claims to mention its recipient")
 add("refs.names_not_resolved", "src/tidings/hub/refs.py",

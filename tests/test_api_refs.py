@@ -90,8 +90,11 @@ def test_not_a_member_is_403_when_you_can_see_the_channel_and_404_when_you_canno
     bot = client.post("/api/v1/accounts", json={"kind": "agent", "handle": "bot", "owner": alice["id"]},
                       headers=client.admin).json()
     # bob's room has alice's agent in it, not alice: alice can see it (through her agent)
-    room = client.post("/api/v1/channels", json={"name": "bobs-room", "members": [bot["id"]]},
+    room = client.post("/api/v1/channels", json={"name": "bobs-room", "members": []},
                        headers=auth(bob["token"])).json()["id"]
+    # (an agent joins a channel only through its owner or the admin: agent consent, D42)
+    assert client.post(f"/api/v1/channels/{room}/members", json={"add": [bot["id"]]},
+                       headers=client.admin).status_code == 200
     client.post(f"/api/v1/channels/{room}/messages", json={"text": "hello bot"}, headers=auth(bob["token"]))
     r = client.post(f"/api/v1/channels/{room}/messages", json={"text": "let me in"}, headers=auth(alice["token"]))
     assert (r.status_code, _error(r)) == (403, "not_a_member")

@@ -21,6 +21,8 @@ EXAMPLES = {
     "mcp": "tidings mcp --url http://127.0.0.1:7860 --token tdg_...",
     "init": "tidings init tidings.toml",
     "corpus synth": "tidings corpus synth --frames 10000 -o corpus.jsonl",
+    "bridge signal": "tidings bridge signal --rpc tcp://127.0.0.1:7583 --account +15550100 "
+    "--url http://127.0.0.1:7860 --token tdg_...",
 }
 
 _display_type_rich = TyperOption.display_type_rich
