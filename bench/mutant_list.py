@@ -426,7 +426,7 @@ add("route.mark_before_route", ROUTING,
     t(DREC, "test_a_periodic_scan_recovers_a_failed_pass_without_a_restart"),
     why="reference flaw O4: a failed mention pass still marks its message routed, so no scan retries it")
 add("scan.held_skip_removed", SCAN,
-    "                if message_id in self.held_ids:\n                    skipped += 1\n                    continue\n", "",
+    "                if message_id in self.held_ids or (", "                if False or (",
     t(DREC, "test_scan_skips_a_message_held_right_now_and_leaves_it_unmarked"),
     why="the scan routes a held message before its author settles")
 add("sweep_set.no_home_channel", SWEEP_STORE,
@@ -484,8 +484,8 @@ add("fan_out.routed_message_routed_again", ROUTING,
     t(DMENT, "test_a_mentioned_subscriber_gets_only_the_steer_even_when_its_floor_is_behind"),
     why="a message the scan already routed is routed again when its live event arrives: a second steer")
 add("settle.not_on_session_end", CONSUMER,
-    "        if self.options.settle_on_end:\n            self.router.fire_held(session.session_id)",
-    "        if False:\n            self.router.fire_held(session.session_id)",
+    "        if self.options.settle_on_end:\n            self.router.fire_held(session.session_id, session.agent_id)",
+    "        if False:\n            self.router.fire_held(session.session_id, session.agent_id)",
     t(DSWEEP, "test_ending_a_session_fires_only_that_sessions_held_messages"),
     why="reference flaw O2: a dead author's held messages wait for a restart")
 add("settle.on_working", CONSUMER,
@@ -506,8 +506,8 @@ add("mentions.author_counts", MENTIONS,
     t(DMENT, "test_resolution_counts_agent_members_only_never_the_author"),
     why="an agent's @everyone steers the agent itself")
 add("deliver.no_dedupe_against_the_sweep", ROUTING,
-    '        if message["seq"] <= session.floors.get(message["channel_id"], -1):',
-    "        if False:",
+    '        if message["seq"] <= session.floors.get(message["channel_id"], -1):\n            # Already swept',
+    "        if False:\n            # Already swept",
     DCORE, DSWEEP,
     why="a post swept at start and then published live is delivered twice")
 add("deliver.overtakes_the_sweep", ROUTING,
@@ -530,7 +530,7 @@ add("seed.replays_history", CURSORS,
     t(DCURS, "test_seeds_home_on_creation_and_channels_on_subscribe_never_for_humans"),
     why="a new subscriber is swept the channel's whole history")
 add("overrun.no_scan", CONSUMER,
-    "        self.sweeper.sweep_all_live()\n        if self.options.scan_enabled:\n            self.scan()",
+    "        self.sweeper.sweep_all_live()\n        if self.scanner.allowed():\n            self.scan()",
     "        self.sweeper.sweep_all_live()",
     t(DREC, "test_lagged_overrun_leg_the_mention_in_the_dropped_window_is_owed"),
     why="a mention in the window an overrun dropped is never routed")
@@ -575,3 +575,172 @@ add("failure.no_resweep_request", LINK,
     "        if resweep:\n            pass\n",
     t(DREC, "test_a_failed_start_sweep_is_swept_again_at_the_next_periodic_scan"),
     why="a failed session edge is never swept again while the session lives")
+# == issue 16: the pin sweep, ask answers, pins and asks over HTTP =============================
+DPINS = "tests/delivery/test_pins_and_answers.py"
+PINS_API = "tests/test_pins_asks_api.py"
+PIN_SWEEP = "src/tidings/delivery/pins.py"
+ANSWERS = "src/tidings/delivery/asks.py"
+PINS_HUB = "src/tidings/hub/pins.py"
+add("pins.no_pin_sweep", SWEEPS,
+    "            if not self.pins.sweep_pins(session):",
+    "            if False:",
+    t(DPINS, "test_p1_a_pin_is_delivered_at_start_though_the_cursor_owes_nothing"),
+    t(DPINS, "test_the_start_sweep_runs_cursors_then_pins_in_position_order_then_owed_mentions"),
+    why="a session start never sends the channel's pins")
+add("pins.sweep_before_cursor", CONSUMER,
+    "        self.pins.begin(session)\n        self.sweeper.sweep(session)",
+    "        self.pins.begin(session)\n        self.pins.sweep_pins(session)\n        self.sweeper.sweep(session)",
+    t(DPINS, "test_the_start_sweep_runs_cursors_then_pins_in_position_order_then_owed_mentions"),
+    why="the pins overtake the cursor backlog at start")
+add("pins.owed_and_pinned_sent_twice", PIN_SWEEP,
+    '    if pinned and outcome == OFFER_OK:\n        del pending[dispatch.message_id]',
+    '    if False:\n        del pending[dispatch.message_id]',
+    t(DPINS, "test_p3_stricter_a_message_both_owed_and_pinned_is_sent_once_with_both_flags"),
+    why="a message the cursor sweep sent is sent again by the pin sweep (the reference's P3)")
+add("pins.sixth_pin_allowed", PINS_HUB,
+    "            if pins_store.count_pins(tx, cid) >= MAX_PINS:",
+    "            if pins_store.count_pins(tx, cid) > MAX_PINS:",
+    t(PINS_API, "test_pins_are_ordered_at_most_five_and_the_sixth_is_a_clear_409"),
+    why="a channel takes a sixth pin")
+add("pins.any_member_changes", PINS_HUB,
+    "    if principal.is_admin or (principal.account_id is not None and principal.account_id == channel[\"owner_account_id\"]):",
+    "    if principal.account_id is not None:",
+    t(PINS_API, "test_members_read_pins_only_the_owner_and_the_admin_change_them"),
+    why="any member may pin or unpin")
+add("answers.not_owed_when_offline", ANSWERS,
+    "            owed = asks_store.owed_answers(tx, session.agent_id, SWEEP_LIMIT)",
+    "            owed = []",
+    t(DPINS, "test_an_answer_to_an_offline_agent_is_owed_and_woken_then_sent_once_at_start"),
+    t(DPINS, "test_an_answer_whose_dispatch_a_crash_lost_reaches_the_offline_agent_exactly_once"),
+    why="an answer to an offline asker is never sent when it connects")
+add("answers.scan_skips_undispatched", SCAN,
+    "        self.scan_answers()\n", "",
+    t(DPINS, "test_an_answer_whose_dispatch_a_crash_lost_reaches_the_offline_agent_exactly_once"),
+    why="an answer whose dispatch a crash lost never wakes its offline asker")
+add("mentions.reads_ask_questions", MENTIONS,
+    '        if isinstance(block, dict) and block.get("kind") == "text":\n            text = block.get("text")',
+    '        if isinstance(block, dict) and block.get("kind") in ("text", "ask"):\n'
+    '            text = block.get("text") if block.get("kind") == "text" else " ".join(\n'
+    '                q["text"] for q in block["ask"]["questions"])',
+    t(DPINS, "test_the_mention_grammar_never_reads_ask_questions"),
+    why="a question in an ask block mentions (steers or owes) the agents it names")
+# == issue 15: mentions steer on every path (D54), references (D55), MCP refusals (D56), demo (D57)
+CATCHUP = "tests/delivery/test_catch_up_mentions.py"
+REFS_TESTS = "tests/test_api_refs.py"
+add("catchup.mention_delivered_not_steered", "src/tidings/delivery/recipient.py",
+    '    return Dispatch("steer" if mentioned else "deliver", public_message(row), row["channel_id"], mentioned)',
+    '    return Dispatch("deliver", public_message(row), row["channel_id"], mentioned)',
+    t(CATCHUP, "test_a_subscribed_offline_agents_missed_mention_comes_back_as_a_steer_in_cursor_order"),
+    why="a subscribed agent's missed mention comes back as a plain deliver (issue 15's tour step 4)")
+add("catchup.owed_steered_twice", SWEEPS,
+    "            elif channel_id in acked and acked[channel_id] < seq <= session.floors.get(channel_id, -1):",
+    "            elif False:",
+    t(CATCHUP, "test_an_owed_mention_swept_by_the_cursors_is_steered_once"),
+    why="one start sweep steers an owed mention twice (cursor sweep, then owed sweep)")
+add("catchup.live_steer_overtakes_the_sweep", ROUTING,
+    '            if session.phase == PHASE_CURSOR:\n                self.counters.incr("steer_deferred")',
+    '            if False:\n                self.counters.incr("steer_deferred")',
+    t(CATCHUP, "test_a_live_mention_while_the_session_catches_up_waits_for_the_sweep_in_order"),
+    why="a live steer overtakes the catch-up and is then steered again by it")
+add("catchup.swept_steer_pushed_again", ROUTING,
+    '            if message["seq"] <= session.floors.get(message["channel_id"], -1):\n'
+    '                self.counters.incr("steer_deduped")',
+    '            if False:\n                self.counters.incr("steer_deduped")',
+    t(CATCHUP, "test_a_mention_committed_before_the_sweep_read_it_is_steered_once"),
+    why="a mention the start sweep already steered is pushed again live")
+add("dispatch.mentions_you_constant", "src/tidings/delivery/sessions.py",
+    '               "mentions_you": self.mentions_you}', '               "mentions_you": True}',
+    t(CATCHUP, "test_live_dispatches_carry_mentions_you"),
+    why="every dispatch claims to mention its recipient")
+add("refs.names_not_resolved", "src/tidings/hub/refs.py",
+    "    return seen[0]\n", "    return ref\n",
+    t(REFS_TESTS, "test_handles_and_names_work_wherever_ids_do"),
+    why="#name and bare names in paths are 404s again")
+add("refs.not_a_member_is_404", "src/tidings/hub/posting.py",
+    "            if channels_store.owns_an_agent_member(tx, channel_id, author_id):",
+    "            if False:",
+    t(REFS_TESTS, "test_not_a_member_is_403_when_you_can_see_the_channel_and_404_when_you_cannot"),
+    why="posting where you can see but are not a member says 'unknown channel'")
+add("mcp.refusal_not_jsonrpc", "src/tidings/mcp/http.py",
+    "            response = await refusal(request, exc)",
+    "            response = error_response(exc.status, exc.code, exc.message)",
+    t("tests/mcp/test_mcp_http.py", "test_the_sdk_client_shows_why_its_token_was_refused"),
+    why="the MCP SDK client shows 'Server returned an error response' instead of the reason")
+add("demo.duplicates_the_sample", "src/tidings/ingest/demo.py",
+    '_data(t[0], "Anyone up for a hike on Saturday?")', '_data(t[0], "Who\'s cooking tonight?")',
+    t("tests/test_links.py", "test_the_demo_then_the_sample_capture_show_each_message_once_and_one_name_per_identity"),
+    why="the demo seeds a message the sample capture brings again")
+# == two-way bridges (issue 13): outbox, echo suppression ======================================
+OUTBOX_SRC = "src/tidings/bridges/outbox.py"
+OUTBOX_STORE = "src/tidings/store/outbox.py"
+ECHO_SRC = "src/tidings/bridges/echo.py"
+BOUT = "tests/bridges/test_outbox.py"
+BECHO = "tests/bridges/test_echo.py"
+add("outbox.link_post_goes_back_out", OUTBOX_SRC,
+    "        if author_id == bridge_account:\n            continue",
+    "        if False:\n            continue",
+    t(BOUT, "test_a_person_post_in_a_linked_channel_queues_one_send_and_an_inbound_post_queues_none"),
+    why="the link's own inbound post is sent back to the network it came from")
+add("outbox.agent_not_held", OUTBOX_SRC,
+    "await_settle=kind == \"agent\"", "await_settle=False",
+    t(BOUT, "test_a_held_agent_reply_is_pulled_only_after_its_turn_settles"),
+    why="a held mid-turn agent reply reaches the network before its turn settles")
+add("outbox.retry_after_ignored", OUTBOX_SRC,
+    "delay = retry_after if retry_after is not None else backoff_ms(int(row[\"attempts\"]))",
+    "delay = backoff_ms(int(row[\"attempts\"]))",
+    t(BOUT, "test_a_retryable_failure_waits_its_retry_after_and_a_permanent_one_keeps_its_cause"),
+    why="a rate-limited send is retried before the network's retry-after")
+add("outbox.retries_forever", OUTBOX_SRC,
+    "elif retryable and int(row[\"attempts\"]) + 1 < MAX_ATTEMPTS:", "elif retryable:",
+    t(BOUT, "test_retryable_failures_end_failed_after_the_attempt_limit"),
+    why="an item that always fails retryably stays pending forever")
+add("outbox.pending_ignores_not_before", OUTBOX_STORE,
+    "AND o.not_before_ms <= :now AND", "AND",
+    t(BOUT, "test_a_retryable_failure_waits_its_retry_after_and_a_permanent_one_keeps_its_cause"),
+    why="a backed-off item is handed out again at once")
+add("echo.incoming_not_claimed", ECHO_SRC,
+    "    tx.execute(_MAKE_OUTGOING, {\"id\": message_id})\n    return True",
+    "    tx.execute(_MAKE_OUTGOING, {\"id\": message_id})\n    return False",
+    t(BECHO, "test_signal_data_message_with_our_timestamp_is_ours_without_an_account"),
+    why="our own message handed back as a dataMessage is posted into the channel a second time")
+# == search, network time, attachments (issue 15 part B; D58-D61) ==================================
+SEARCH_HUB = "src/tidings/hub/search.py"
+SEARCH_STORE = "src/tidings/store/search.py"
+SEARCH_PROP = "tests/search/test_search_property.py"
+SEARCH_API = "tests/search/test_search.py"
+ATT = "tests/test_attachments.py"
+add("search.every_channel_readable", SEARCH_HUB,
+    "account_id=who.account_id, all_channels=who.is_admin,",
+    "account_id=who.account_id, all_channels=True,",
+    t(SEARCH_PROP, "test_search_returns_exactly_the_readable_matching_messages"),
+    why="search shows messages of channels the caller is not a member of")
+add("search.every_bridge_readable", SEARCH_HUB,
+    "owner_id=owner, all_bridges=owner is None,",
+    "owner_id=owner, all_bridges=True,",
+    t(SEARCH_PROP, "test_search_returns_exactly_the_readable_matching_messages"),
+    why="search shows bridged chats of other owners")
+add("search.deleted_hub_messages_found", SEARCH_STORE,
+    '    "m.deleted_at_ms IS NULL "\n',
+    '    "1 = 1 "\n',
+    t(SEARCH_API, "test_the_index_follows_edits_and_deletes"),
+    why="a deleted channel message is still found")
+add("network_time.not_passed_on", "src/tidings/bridges/links.py",
+    "                    occurred_at_ms=change.occurred_at_ms,\n",
+    "",
+    t("tests/test_network_time.py", "test_a_linked_message_keeps_its_network_time_and_the_channel_keeps_hub_order"),
+    why="a linked message shows when the hub got it, not when it was sent")
+add("attachments.not_projected", "src/tidings/ingest/projection.py",
+    '            if result == "inserted" and ev.attachments:',
+    "            if False:",
+    t(ATT, "test_metadata_from_all_three_codecs_is_kept_and_shown"),
+    why="attachment metadata is dropped after decoding")
+add("attachments.hash_unchecked", "src/tidings/blobs.py",
+    "        if self.hasher.hexdigest() != self.sha256:",
+    "        if False:",
+    t(ATT, "test_upload_limits_and_checks"),
+    why="bytes are stored under a name that is not their hash")
+add("attachments.anyone_uploads", "src/tidings/hub/attachments.py",
+    '    if who.scope != "bridge" or who.bridge_id != bridge_id:',
+    '    if who.scope != "bridge":',
+    t(ATT, "test_upload_limits_and_checks"),
+    why="a bridge uploads bytes for another bridge's attachments")

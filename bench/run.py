@@ -46,6 +46,8 @@ import benchlib  # noqa: E402
 
 DEFAULT_JSON = BENCH_DIR / "results" / "latest.json"
 SECTIONS = ("ingest", "latency", "fanout", "recovery", "stuck")
+# Run only when named in --only (a 1M-message load takes minutes): bench_search.py.
+OPTIONAL_SECTIONS = ("search",)
 
 TARGETS = {
     "ingest_frames_per_s_sqlite": 5_000,
@@ -103,6 +105,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="write pyinstrument profiles into DIR (our ingest run; the latency run's consumer thread "
                         "and poster); profiled figures are slower than unprofiled ones")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--cluster", default="", metavar="1,2,3",
+                   help="instead of the sections: N real nodes on one PostgreSQL database, per N (bench_cluster)")
+    p.add_argument("--heartbeat-ms", type=int, help="--cluster: the nodes' heartbeat (default: theirs, 2000)")
+    p.add_argument("--dead-after-ms", type=int, help="--cluster: the nodes' dead-after interval (default 10000)")
+    p.add_argument("--search-messages", type=int, default=1_000_000,
+                   help="messages loaded for the search section (--only search)")
+    p.add_argument("--search-queries", type=int, default=10, help="queries per band and engine (search section)")
     return p.parse_args(argv)
 
 
@@ -137,9 +146,10 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
     if args.seconds:
         sizes.latency_s = args.seconds
     only = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
-    unknown = set(only) - set(SECTIONS)
+    unknown = set(only) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if unknown:
-        err.print(f"error: unknown sections {sorted(unknown)}; choose from {list(SECTIONS)}", markup=False)
+        err.print(f"error: unknown sections {sorted(unknown)}; choose from {list(SECTIONS + OPTIONAL_SECTIONS)}",
+                  markup=False)
         return 2
     backends = _backends(args.backend)
     if args.naive == "same":
@@ -158,6 +168,8 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
             return 1
     if configure_logging:
         benchlib.configure_logs()
+    if args.cluster:
+        return _cluster_main(args, sizes, console, err)
     # Imported once here, not inside a timed loop: ``store.engine.is_transient`` imports
     # psycopg on its first call (~60 ms, once per process), even on SQLite.
     import psycopg  # noqa: F401
@@ -205,6 +217,52 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
         err.print(f"correctness checks failed: {run.results['checks']['failed']}", markup=False)
         return 1
     return 0
+
+
+def _cluster_main(args: argparse.Namespace, sizes: Sizes, console: Console, err: Console) -> int:
+    """``--cluster 1,2,3``: each size on a fresh database, side by side in one table."""
+    import bench_cluster
+
+    try:
+        counts = [int(x) for x in args.cluster.split(",") if x.strip()]
+    except ValueError:
+        err.print("error: --cluster takes node counts, e.g. 1,2,3", markup=False)
+        return 2
+    reason = benchlib.pg_reachable()
+    if reason is not None:
+        err.print(f"error: PostgreSQL is unreachable at {benchlib.PG_ADMIN_URL}: {reason}", markup=False)
+        return 1
+    rate = args.rate or 200.0
+    seconds = args.seconds or 10.0
+    dbs = benchlib.Databases()
+    results: dict[str, Any] = {"meta": {"command": "uv run python bench/run.py " + " ".join(sys.argv[1:]),
+                                        "machine": benchlib.machine(), "target_p99_ms": 25.0}, "runs": []}
+    try:
+        for n in counts:
+            results["runs"].append(bench_cluster.run_cluster(
+                n, dbs=dbs, rate=rate, seconds=seconds, heartbeat_ms=args.heartbeat_ms,
+                dead_after_ms=args.dead_after_ms))
+    finally:
+        dbs.close()
+    table = Table(title=f"cluster on PostgreSQL: post→steer at {rate:g} posts/s (post on node 0, session on the last)")
+    for col in ("nodes", "p50 ms", "p99 ms", "p99 ≤ 25 ms", "missing", "posts/s accepted", "dead node detected s",
+                "leader failover s"):
+        table.add_column(col, justify="right")
+    ok = True
+    for r in results["runs"]:
+        lat = r.get("post_to_steer") or {}
+        p99 = lat.get("p99_ms")
+        ok = ok and r.get("steers_missing", 1) == 0
+        table.add_row(str(r["nodes"]), _fmt(lat.get("p50_ms"), 2), _fmt(p99, 2),
+                      "" if p99 is None else ("yes" if p99 <= 25.0 else "no"), str(r.get("steers_missing")),
+                      _fmt(r.get("posts_per_s_accepted")), _fmt(r.get("dead_node_detected_s"), 2),
+                      _fmt(r.get("leader_failover_s"), 2))
+    console.print(table)
+    out = Path(args.json if args.json != str(DEFAULT_JSON) else BENCH_DIR / "results" / "cluster.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    console.print(f"results written to {out}", markup=False, highlight=False)
+    return 0 if ok else 1
 
 
 def _load() -> list[float] | None:
@@ -297,7 +355,15 @@ def _stuck(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> di
                            naive_on=run.naive_on, dbs=dbs, reporter=reporter, harness_check=not run.args.smoke)
 
 
-SECTION_RUNNERS = {"ingest": _ingest, "latency": _latency, "fanout": _fanout, "recovery": _recovery, "stuck": _stuck}
+def _search(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
+    import bench_search
+
+    messages = 2_000 if run.args.smoke else run.args.search_messages
+    return bench_search.run(run.backends, messages, run.args.search_queries, dbs)
+
+
+SECTION_RUNNERS = {"ingest": _ingest, "latency": _latency, "fanout": _fanout, "recovery": _recovery, "stuck": _stuck,
+                   "search": _search}
 
 
 # -- checks (correctness, never speed) ---------------------------------------------------------------
@@ -471,6 +537,19 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("5 stuck backlog", f"unprocessed after restart, {where}", backend, ours["unprocessed_after_restart"],
                 "naive (before)" if naive else "", naive["unprocessed_after_restart"] if naive else None, "", "0",
                 ours["unprocessed_after_restart"] == 0)
+    search = results.get("search", {})
+    for backend in ("sqlite", "postgresql"):
+        part = search.get(backend)
+        if not part:
+            continue
+        n = search["messages"]
+        add("6 search", f"load rows/s with the index, {n:,} messages", backend, part["load_rows_per_s"])
+        for band in ("rare", "medium", "common"):
+            idx, like = part[band]["index"], part[band]["like"]
+            add("6 search", f"queries/s, {band} word", backend, idx["queries_per_s"], "LIKE scan (before)",
+                like["queries_per_s"], f"×{part[band]['speedup_qps']}", digits=1)
+            add("6 search", f"p99 ms, {band} word", backend, idx["p99_ms"], "LIKE scan (before)", like["p99_ms"],
+                _ratio(idx["p99_ms"], like["p99_ms"]), digits=1)
     return rows
 
 

@@ -1,7 +1,9 @@
-"""A tiny Tidings agent: it answers every @mention (a ``steer``) in the channel it came from.
+"""A tiny Tidings agent: it answers every @mention of it in the channel it came from.
 
     TIDINGS_URL=http://127.0.0.1:7860 TIDINGS_TOKEN=tdg_... uv run python examples/echo_agent.py
 
+A mention arrives as a ``steer`` with ``mentions_you`` true, whether it was posted while the
+agent was connected or while it was away (it then comes in the catch-up, in channel order).
 Plain channel traffic (``deliver``) is acked and otherwise ignored. Mentions are stripped
 from the echo, so two echo agents cannot ping each other forever. Ctrl-C (or SIGTERM)
 stops it cleanly; restarting it loses nothing: what arrived meanwhile comes on connect.
@@ -31,7 +33,7 @@ def main() -> int:
 
     @agent.on_message
     def handle(event: Event) -> None:
-        if event.kind == "steer":
+        if event.mentions_you:
             agent.post(event.channel_id, f"echo: {MENTION.sub('', event.text).strip()}")
 
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())

@@ -141,7 +141,10 @@ def test_forbidden_paths_answer_the_right_status_and_no_data(client, world, who,
     r = client.request(method, _fill(path, ids), json=None if body is None else _fill(body, ids), headers=headers)
     assert r.status_code == status, (r.status_code, r.text)
     data = r.json()
-    assert set(data) == {"error"} and set(data["error"]) == {"code", "message"}, data
+    if path == "/mcp":  # a JSON-RPC error the MCP client shows (D56)
+        assert set(data) == {"jsonrpc", "id", "error"} and set(data["error"]) == {"code", "message", "data"}, data
+    else:
+        assert set(data) == {"error"} and set(data["error"]) == {"code", "message"}, data
     for secret in SECRETS:
         assert secret not in r.text
 

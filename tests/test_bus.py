@@ -593,3 +593,17 @@ def test_replay_and_underflow_follow_the_rules(capacity, script):
     for first, sub in opened:
         assert seqs(sub.replay) + seqs(list(sub)) == list(range(first, head + 1))
         assert not sub.lagged
+
+
+def test_overrun_all_latches_lagged_on_every_subscriber_and_keeps_the_ring():
+    """A cluster node's lost LISTEN link (D71): every subscriber must rebuild from the store."""
+    from tidings.bus import Bus
+
+    bus = Bus()
+    bus.publish("a")
+    first, second = bus.subscribe(0), bus.subscribe(0)
+    assert bus.overrun_all() == 2
+    assert first.lagged and first.closed and second.lagged
+    assert bus.overruns == 2 and bus.subscriber_count == 0
+    fresh = bus.subscribe(0)
+    assert [e.payload for e in fresh.replay] == ["a"] and not fresh.lagged

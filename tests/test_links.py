@@ -200,3 +200,43 @@ def test_the_demo_links_signal_family_so_the_sample_file_steers_the_assistant(wo
     dinner = [mid for text, mid in texts.items() if text.endswith("@assistant what's for dinner")]
     assert len(dinner) == 1
     assert dinner[0] in world.owed(assistant)
+
+
+def test_the_demo_then_the_sample_capture_show_each_message_once_and_one_name_per_identity(world):
+    """Issue 15 item 8: the demo seeds nothing the sample capture brings again, and its
+    people carry the capture's names, so each Signal identity shows one name."""
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from tidings.demo import seed_demo
+
+    seed_demo(world.rt, "http://127.0.0.1:0")
+    world.rt.ingest.drain()
+    with world.store.read() as tx:
+        family = tx.raw("SELECT id FROM channels WHERE name = 'signal-family'").fetchone()[0]
+        bridge = tx.raw("SELECT id FROM bridges").fetchone()[0]
+    with world.store.read() as tx:
+        assert tx.raw("SELECT count(*) FROM bridge_messages").fetchone()[0] > 5  # the demo's own chat
+    sample = Path(__file__).parent / "ingest" / "fixtures" / "signal_sample.jsonl"
+    frames = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+    world.rt.ingest.append_body(bridge, {"frames": frames})
+    world.rt.ingest.drain()
+    texts = [m["text"] for m in channel_messages(world, family)]
+    bodies = Counter(text.split(": ", 1)[1] for text in texts)
+    assert [b for b, n in bodies.items() if n > 1] == []
+    with world.store.read() as tx:
+        rows = tx.raw("SELECT b.body FROM bridge_messages b JOIN conversations c ON c.id = b.conversation_id "
+                      "WHERE c.bridge_id = '%s' AND b.body IS NOT NULL AND b.body <> ''" % bridge).fetchall()
+    conversation_bodies = Counter(r[0] for r in rows)
+    assert [b for b, n in conversation_bodies.items() if n > 1] == []
+    # one name per identity: the names the channel shows per sender, and the frames' names
+    names_of: dict[str, set[str]] = {}
+    from tidings.ingest.demo import demo_frames
+
+    for frame in [*demo_frames(world.clock.now_ms()), *frames]:
+        envelope = frame["payload"]["params"]["envelope"]
+        names_of.setdefault(envelope["sourceUuid"], set()).add(envelope["sourceName"])
+    assert {uuid: len(names) for uuid, names in names_of.items()} == {uuid: 1 for uuid in names_of}
+    shown = {text.split(": ", 1)[0] for text in texts}
+    assert shown <= {name for names in names_of.values() for name in names}, shown

@@ -346,6 +346,20 @@ class Bus:
             _wake_async(wake)
         return seq
 
+    def overrun_all(self) -> int:
+        """Overrun every current subscriber now (lagged, closed, dropped), as if each had
+        missed an event: used when events from outside this process may have been lost (a
+        cluster node's LISTEN connection broke). Returns how many were overrun."""
+        wake: list = []
+        with self._lock:
+            subs = list(self._subs)
+            self._subs.clear()
+            self._overruns += len(subs)
+            for sub in subs:
+                sub._shut(True, wake)
+        _wake_async(wake)
+        return len(subs)
+
     # -- reading -------------------------------------------------------------------------
 
     def subscribe(self, since_seq: int = 0, epoch: int = 0) -> Subscription:

@@ -5,14 +5,12 @@ Exit codes: 0 ok, 2 usage error, 1 anything else, always with a one-line reason 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 app = typer.Typer(
     name="tidings",
@@ -23,6 +21,9 @@ app = typer.Typer(
 )
 corpus_app = typer.Typer(help="Synthetic corpora of bridge frames.", no_args_is_help=True)
 app.add_typer(corpus_app, name="corpus")
+from .bridges.connectors.cli import bridge_app  # noqa: E402 - `tidings bridge signal`
+
+app.add_typer(bridge_app, name="bridge")
 
 out = Console()
 err = Console(stderr=True)
@@ -36,80 +37,111 @@ def resolve_db(db: str | None, default: str = DEFAULT_DB) -> str:
     return db or os.environ.get("TIDINGS_DB") or default
 
 
+def _say(text: str) -> None:
+    """Print one line now (a pipe would otherwise hold it back, e.g. the admin token)."""
+    out.print(text, soft_wrap=True)
+    out.file.flush()
+
+
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"error: {message}", markup=False, highlight=False)
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 @app.command()
 def serve(
+    config: Path | None = typer.Option(None, "--config", help="A TOML configuration file (see tidings init)."),
     db: str | None = DbOption,
-    host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
-    port: int = typer.Option(7860, help="TCP port."),
+    host: str | None = typer.Option(None, help="Interface to bind (default 127.0.0.1, loopback)."),
+    port: int | None = typer.Option(None, help="TCP port (default 7860)."),
+    metrics_bind: str | None = typer.Option(None, "--metrics-bind", help="HOST:PORT: serve /metrics there, no token."),
     demo: bool = typer.Option(False, "--demo", help="Seed a small demo world and print how to try it."),
+    attachments_dir: str | None = typer.Option(
+        None, "--attachments-dir", envvar="TIDINGS_ATTACHMENTS_DIR",
+        help="Folder for attachment bytes (default: <db>.attachments beside a SQLite file; "
+        "~/.local/share/tidings/attachments for PostgreSQL).",
+    ),
 ) -> None:
     """Run the whole hub: HTTP API, web page, MCP endpoint, ingest worker, delivery consumer."""
-    import uvicorn
-
     from . import logs
-    from .api import create_app
-    from .runtime import Runtime
+    from .cluster.guard import AnotherServer
+    from .config import ConfigError, resolve
+    from .serving import PortBusy, ServeOptions
+    from .serving import serve as run_serve
 
-    logs.configure()
-    url = resolve_db(db, DEMO_DB if demo else DEFAULT_DB)
     try:
-        runtime = Runtime(url, admin_token=("tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None))
+        settings = resolve(str(config) if config else None,
+                           {"db": db, "host": host, "port": port, "metrics_bind": metrics_bind})
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    json_logs = None if settings.log_format == "auto" else settings.log_format == "json"
+    logs.configure(level=settings.log_level, json=json_logs)
+    url = DEMO_DB if demo and settings.origin["db"] == "default" else settings.db
+    token = "tdg_demo_admin" if demo and not os.environ.get("TIDINGS_ADMIN_TOKEN") else None
+    options = ServeOptions(
+        db_url=url, host=settings.host, port=settings.port, demo=demo, admin_token=token,
+        admin_token_file=settings.admin_token_file, metrics_bind=settings.metrics_bind,
+        max_body=settings.max_body_bytes, delivery_overrides=settings.delivery_overrides(),
+        log_level="warning" if settings.log_level in ("debug", "info") else settings.log_level,
+        attachments_dir=attachments_dir,
+    )
+    try:
+        code = run_serve(options, _say)
+    except (PortBusy, AnotherServer) as exc:
+        fail(str(exc))
     except ValueError as exc:
         fail(str(exc), 2)
     except Exception as exc:  # noqa: BLE001 - one-line reason, exit 1
         fail(f"cannot open the database {url!r}: {exc}")
-    base = f"http://{host}:{port}"
-    out.print(f"[bold]Tidings[/bold] on {base}  (database: {url})", soft_wrap=True)
-    if runtime.generated_admin_token:
-        out.print(f"admin token (shown once, keep it): [bold]{runtime.generated_admin_token}[/bold]")
-    if demo:
-        from .demo import seed_demo
+    # The engines are stopped and the store is closed. An idle AnyIO worker thread (not a
+    # daemon) would hold the interpreter's exit for seconds; nothing is left to wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
-        guide = seed_demo(runtime, base)
-        out.print(guide, soft_wrap=True)
-    app_ = create_app(runtime, manage_runtime=True)
-    uvicorn.run(app_, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3)
+
+@app.command()
+def init(
+    path: Path = typer.Argument(Path("tidings.toml"), help="Where to write the example configuration."),
+) -> None:
+    """Write a commented example configuration file (never overwrites one)."""
+    from .config import ConfigError, write_example
+
+    try:
+        written = write_example(path)
+    except ConfigError as exc:
+        fail(str(exc))
+    out.print(f"wrote {written}; run: tidings serve --config {written}", soft_wrap=True)
 
 
 @app.command()
 def status(
     db: str | None = DbOption,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    url: str | None = typer.Option(None, "--url", help="A running hub's base URL: its live figures."),
+    token: str | None = typer.Option(None, "--token", help="With --url: the admin token (env TIDINGS_ADMIN_TOKEN)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
-    """Show the counters of GET /api/status for a database."""
-    from .runtime import Runtime
+    """Show a hub's figures: live from a running hub (--url), or the durable ones from a database (--db)."""
+    from . import status_cli
 
-    url = resolve_db(db)
-    if not url.startswith(("postgres", "sqlite:")) and not Path(url).exists():
-        fail(f"no database at {url}", 1)
-    runtime = Runtime(url)
+    if url and db:
+        fail("give either --url (a running hub) or --db (the store), not both", 2)
     try:
-        data = runtime.status()
-    finally:
-        runtime.stop()
-    if as_json:
-        out.print_json(json.dumps(data))
-        return
-    for section, values in data.items():
-        table = Table(title=section, show_header=True)
-        table.add_column("counter")
-        table.add_column("value", justify="right")
-        for key, value in _flatten(values):
-            table.add_row(key, str(value))
-        out.print(table)
-
-
-def _flatten(values, prefix=""):
-    if isinstance(values, dict):
-        for key, value in values.items():
-            yield from _flatten(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), values
+        if url:
+            token = token or os.environ.get("TIDINGS_ADMIN_TOKEN")
+            if not token:
+                fail("--url needs the admin --token (or TIDINGS_ADMIN_TOKEN)", 2)
+            data = status_cli.from_url(url, token)
+        else:
+            db_url = resolve_db(db)
+            if not db_url.startswith(("postgres", "sqlite:")) and not Path(db_url).exists():
+                fail(f"no database at {db_url}", 1)
+            data = status_cli.from_db(db_url)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line, exit 1
+        fail(str(exc))
+    status_cli.render(data, out, as_json)
 
 
 @app.command()
@@ -130,7 +162,14 @@ def ingest(
         if not token:
             fail("--url needs the bridge's --token (or TIDINGS_BRIDGE_TOKEN)", 2)
         sys.exit(run_ingest_http(file, bridge, url, token, out, err))
-    sys.exit(run_ingest(file, bridge, resolve_db(db), out, err))
+    from . import dbfiles
+
+    db_url = resolve_db(db)
+    existed = dbfiles.existed(db_url)
+    code = run_ingest(file, bridge, db_url, out, err)
+    if code != 0 and not existed:  # never leave a database this command created and could not use
+        dbfiles.remove(dbfiles.sqlite_path(db_url))
+    sys.exit(code)
 
 
 @app.command()
@@ -210,7 +249,16 @@ def mcp(
             from .mcp.stdio import run_stdio
     except ModuleNotFoundError:
         fail("MCP is not available in this build")
-    sys.exit(run_proxy(url, token) if url else run_stdio(resolve_db(db), token))
+    if url:
+        sys.exit(run_proxy(url, token))
+    from . import dbfiles
+
+    db_url = resolve_db(db)
+    existed = dbfiles.existed(db_url)
+    code = run_stdio(db_url, token)
+    if code != 0 and not existed:  # a refused token on a path that held no database: leave none
+        dbfiles.remove(dbfiles.sqlite_path(db_url))
+    sys.exit(code)
 
 
 def main() -> None:
@@ -218,3 +266,12 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+from .admin_cli import EXAMPLES as _ADMIN_EXAMPLES  # noqa: E402
+from .admin_cli import admin_app as _admin_app  # noqa: E402
+from .cli_polish import install as _polish  # noqa: E402 - after every command is registered
+
+app.add_typer(_admin_app, name="admin")
+
+_polish(app, _ADMIN_EXAMPLES)

@@ -76,6 +76,29 @@ __all__ = [
 
 log = logging.getLogger("tidings.client")
 
+
+class _RequestsAtDebug(logging.Filter):
+    """httpx logs every request at INFO; an agent's log at INFO holds only connects,
+    disconnects and errors, so request lines are demoted to DEBUG (failures stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and str(record.msg).startswith("HTTP Request"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG) or logging.getLogger().isEnabledFor(
+                logging.DEBUG
+            )
+        return True
+
+
+_REQUEST_FILTER = _RequestsAtDebug()
+
+
+def _quiet_request_logs() -> None:
+    for name in ("httpx", "httpcore"):
+        logger = logging.getLogger(name)
+        if _REQUEST_FILTER not in logger.filters:
+            logger.addFilter(_REQUEST_FILTER)
+
 STATES = ("working", "ready", "stopped")
 _RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -136,13 +159,15 @@ class Event:
     """One ``deliver`` or ``steer`` handed to the handler.
 
     ``kind`` is ``"deliver"`` (a message in a channel the agent follows) or ``"steer"`` (the
-    agent was @mentioned); ``message`` is the CONTRACT ``Message`` object.
+    agent was @mentioned, live or while it was away); ``message`` is the CONTRACT
+    ``Message`` object; ``mentions_you`` is the server's ``mentions_you`` flag.
     """
 
     kind: str
     message: dict[str, Any]
     channel_id: str
     session_id: str | None = None
+    mentions_you: bool = False
 
     @property
     def message_id(self) -> str:
@@ -342,6 +367,7 @@ class Agent:
         self._sleep_fn = sleep
         self._clock = clock
         self._rng = rng or random.Random()
+        _quiet_request_logs()
         self._http = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "tidings-client"},
@@ -649,7 +675,8 @@ class Agent:
             log.debug("duplicate %s %s re-acked, not handled again", kind, message_id)
             self._ack_quietly(message_id)
             return
-        event = Event(kind, message, str(data.get("channel_id") or message.get("channel_id") or ""), self._session_id)
+        event = Event(kind, message, str(data.get("channel_id") or message.get("channel_id") or ""), self._session_id,
+                      data.get("mentions_you") is True)
         self._begin_turn()
         try:
             assert self._handler is not None

@@ -1,7 +1,7 @@
 """``tidings serve --demo``: a small world a newcomer can poke at once.
 
 People alice and bob, agents ``assistant`` (owned by alice) and ``scout`` (owned by bob),
-channels ``#general`` (everyone; the assistant subscribed), ``#research`` (scout
+channels ``#general`` (everyone, the admin too; the assistant subscribed), ``#research`` (scout
 subscribed, assistant a plain member) and ``#signal-family`` (alice's Signal "Family" group
 linked in; the assistant a plain member, so a mention from Signal steers or owes it), a few
 messages, and alice's Signal bridge with a short family chat. Demo accounts get fixed,
@@ -61,12 +61,18 @@ def seed_demo(runtime: Runtime, base_url: str) -> str:
         )
         ids["scout"] = _create(runtime, admin, kind="agent", handle="scout", display_name="Scout", owner=ids["bob"])
         alice = Principal(scope="account", account_id=ids["alice"], kind="human")
+        # bob's scout joins alice's channels through the admin (agent consent, D42)
         general = channels_hub.create_channel(
-            runtime.store, alice, name="general", members=[ids["bob"], ids["assistant"], ids["scout"]]
+            runtime.store, alice, name="general", members=[ids["bob"], ids["assistant"]]
         )
-        channels_hub.update_members(runtime.store, admin, general["id"], {"subscribe": [ids["assistant"]]})
+        # The admin (the hub's system account) is in #general too, so the guide's admin link
+        # can post there; everywhere else the admin reads only.
+        channels_hub.update_members(
+            runtime.store, admin, general["id"],
+            {"add": [ids["scout"], runtime.system_account_id], "subscribe": [ids["assistant"]]},
+        )
         research = channels_hub.create_channel(
-            runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"], ids["scout"]]
+            runtime.store, alice, name="research", members=[ids["bob"], ids["assistant"]]
         )
         channels_hub.update_members(runtime.store, admin, research["id"], {"subscribe": [ids["scout"]]})
         family = channels_hub.create_channel(runtime.store, alice, name="signal-family", members=[ids["assistant"]])
@@ -105,7 +111,7 @@ Tokens: alice=tdg_demo_alice  bob=tdg_demo_bob  assistant=tdg_demo_assistant  sc
 The live page:   {base}/#token=tdg_demo_admin
 Be the agent:    curl -N -H 'Authorization: Bearer tdg_demo_assistant' {base}/api/v1/session
 Mention it:      curl -H 'Authorization: Bearer tdg_demo_alice' -H 'Content-Type: application/json' \\
-                   -d '{{"text": "@assistant what is on the agenda?"}}' {base}/api/v1/channels/{general_id}/messages
+                   -d '{{"text": "@assistant what is on the agenda?"}}' {base}/api/v1/channels/%23general/messages
 Signal traffic:  uv run tidings ingest tests/ingest/fixtures/signal_sample.jsonl --bridge {bridge_id} \\
                    --url {base} --token {DEMO_BRIDGE_TOKEN}
 MCP (agent):     {base}/mcp with header 'Authorization: Bearer tdg_demo_assistant'

@@ -13,6 +13,18 @@ import sys
 import structlog
 
 _configured = False
+_process_fields: dict[str, str] = {}
+
+
+def bind_process(**fields: str) -> None:
+    """Fields every log line of this process carries from now on (a cluster node's id)."""
+    _process_fields.update(fields)
+
+
+def _add_process_fields(logger: object, method: str, event: dict) -> dict:
+    for key, value in _process_fields.items():
+        event.setdefault(key, value)
+    return event
 
 
 def configure(level: str | None = None, json: bool | None = None) -> None:
@@ -26,6 +38,7 @@ def configure(level: str | None = None, json: bool | None = None) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _add_process_fields,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

@@ -7,13 +7,16 @@ database with a fresh bus, which is exactly what a crash loses.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import structlog
 
 from .bridges.links import Links
+from .bridges.outbox import CONNECTORS
 from .bus import Bus
 from .clock import SYSTEM_CLOCK, Clock
+from .cluster.status import cluster_status
 from .delivery.engine import Delivery
 from .faults import Faults
 from .hub import accounts
@@ -32,6 +35,9 @@ class Runtime:
         clock: Clock = SYSTEM_CLOCK,
         faults: Faults | None = None,
         admin_token: str | None = None,
+        cluster: bool = False,
+        address: str = "",
+        attachments_dir: str | None = None,
     ) -> None:
         self.clock = clock
         self.faults = faults if faults is not None else Faults.from_env()
@@ -41,11 +47,34 @@ class Runtime:
         self.generated_admin_token = accounts.bootstrap(self.store, admin_token)
         self.system_account_id = accounts.system_account_id(self.store)
         self.started = False
+        # Attachment bytes: a content-addressed folder (hub.attachments, blobs.py).
+        self.attachments_dir = attachments_dir
+        self.attachment_max_bytes = int(os.environ.get("TIDINGS_ATTACHMENT_MAX_BYTES", 50 * 1024 * 1024))
+        self._blobs: Any = None
         # The engines. Each is built here, started by start(), stopped by stop(), and
         # contributes its section to status(). Both are always present.
         self.links = Links(self)
         self.delivery: Delivery = Delivery(self)
         self.ingest: Ingest = Ingest(self)
+        # A cluster node (``tidings serve`` on PostgreSQL): see cluster/node.py.
+        self.cluster: Any = None
+        if cluster and self.store.dialect == "postgresql":
+            from .cluster.node import attach
+
+            self.cluster = attach(self, address)
+
+    @property
+    def blobs(self) -> Any:
+        """The attachment blob store (a folder beside the database unless configured)."""
+        if self._blobs is None:
+            from .blobs import FolderBlobStore, default_dir
+
+            self._blobs = FolderBlobStore(self.attachments_dir or default_dir(self.store.url))
+        return self._blobs
+
+    @blobs.setter
+    def blobs(self, value: Any) -> None:
+        self._blobs = value
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -53,12 +82,16 @@ class Runtime:
         if self.started:
             return
         self.started = True
+        if self.cluster is not None:
+            self.cluster.start()
         self.delivery.start()
         self.ingest.start()
         log.info("runtime started", db=self.store.dialect)
 
     def stop(self) -> None:
         """Stop the engines, close the bus and the store (idempotent)."""
+        if self.cluster is not None:
+            self.cluster.stop()
         if self.started:
             self.started = False
             self.ingest.stop()
@@ -83,5 +116,7 @@ class Runtime:
             "ingest": self.ingest.status(),
             "delivery": self.delivery.status(),
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
+            "bridges": CONNECTORS.section(self),  # outbox counts and connector counters
+            **({"cluster": cluster_status(self)} if self.store.dialect == "postgresql" else {}),
         }
 

@@ -96,3 +96,19 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     rows = results["table"]
     assert {r["section"] for r in rows} == {"1 ingest", "2 post→steer", "3 fan-out", "4 recovery scan", "5 stuck backlog"}
     assert all(r["backend"] == backend for r in rows)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_bench_search_section_compares_the_index_with_the_like_scan(backend, tmp_path):
+    out = tmp_path / "bench.json"
+    code = _bench().main(["--smoke", "--only", "search", "--backend", backend, "--json", str(out), "--no-progress",
+                          "--search-queries", "3"], configure_logging=False)
+    assert code == 0
+    search = json.loads(out.read_text(encoding="utf-8"))["search"]
+    assert search["messages"] == 2_000
+    for band in ("rare", "medium", "common"):
+        part = search[backend][band]
+        assert _number(part["index"]["queries_per_s"]) and _number(part["like"]["queries_per_s"])
+        assert _number(part["index"]["p99_ms"]) and _number(part["like"]["p99_ms"])
+        # the same question, the same number of answers (up to the limit)
+        assert part["index"]["mean_hits"] == part["like"]["mean_hits"]

@@ -49,6 +49,7 @@ def test_handler_gets_deliver_and_steer_and_the_ack_follows_its_return(world, ag
     event = recorder.events[1]
     assert (event.kind, event.is_steer, event.channel_id, event.text) == (
         "steer", True, world.gap, "@bot what's for dinner?")
+    hub.runtime.delivery.wait_idle()  # the steer is queued before its owed row's flush commits
     assert hub.owed(bot["id"]) == [s]  # still owed while the handler runs
     gates["steer"].set()
     assert wire.wait_for("ack", s)
@@ -289,3 +290,45 @@ def test_the_echo_example_answers_a_mention_and_stops_cleanly_on_ctrl_c(world):
                 proc.wait()
     assert hub.owed(echo["id"]) == []
     assert "session" in proc.stderr.read()  # it logged its session
+
+
+def test_the_echo_example_answers_a_mention_it_missed_while_offline_in_a_subscribed_channel(world):
+    # The README tour, step 4: the agent follows the channel, is offline when mentioned, and
+    # its next session gets the mention as a steer (D54), so the example answers it.
+    hub = world.hub
+    echo = hub.account("agent", "echo", owner=world.alice["id"])
+    listener = hub.account("agent", "listener", owner=world.alice["id"])
+    room = hub.channel(world.alice["token"], "room", [echo["id"], listener["id"]],
+                       subscribe=[echo["id"], listener["id"]])
+    plain = hub.post(world.alice["token"], room, "plain news first")
+    ask = hub.post(world.alice["token"], room, "@echo are you there?")
+    assert hub.owed(echo["id"]) == []  # subscribed: nothing is owed, the cursor carries it
+    script = Path(__file__).resolve().parents[2] / "examples" / "echo_agent.py"
+    env = {**os.environ, "TIDINGS_URL": hub.url, "TIDINGS_TOKEN": echo["token"]}
+    with SSEStream(f"{hub.url}/api/v1/session", auth(listener["token"])) as stream:
+        assert stream.next()[0] == "session"
+        assert [stream.next(WAIT)[1]["message"]["id"] for _ in range(2)] == [plain, ask]
+        proc = subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            event, data = stream.next(WAIT)
+            assert (event, data["message"]["text"], data["message"]["author_account_id"], data["mentions_you"]) == (
+                "deliver", "echo: are you there?", echo["id"], False)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(WAIT) == 0, proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert hub.acked_seq(echo["id"], room) == 3  # both acked; its own echo (seq 3) counts too
+
+
+def test_events_carry_mentions_you(world, agents):
+    hub, bot = world.hub, world.bot
+    recorder = Recorder(lambda event: None)
+    agent, _, _ = agents(hub.url, bot["token"])
+    start(agent, recorder)
+    d = hub.post(world.alice["token"], world.home, "plain news")
+    s = hub.post(world.alice["token"], world.home, "@bot you there?")
+    assert recorder.wait_for(s)
+    assert [(e.message_id, e.kind, e.mentions_you) for e in recorder.events] == [
+        (d, "deliver", False), (s, "steer", True)]

@@ -188,3 +188,25 @@ def test_a_server_that_is_not_a_hub_is_a_clear_error():
     with pytest.raises(APIError, match="not text/event-stream"):
         agent.run()
     agent.close()
+
+
+def test_at_info_the_agent_logs_only_connects_disconnects_and_errors(caplog):
+    """issue 14 item 7: httpx's per-request lines are DEBUG, not INFO."""
+    import logging
+
+    body = _sse("session", {"session_id": "ses_1"}) + _sse("end", {"reason": "replaced"})
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/session":
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+        return httpx.Response(200, json={})
+
+    caplog.set_level(logging.INFO)
+    agent = Agent("http://hub.test", "tdg_x", transport=httpx.MockTransport(serve), sleep=Sleeper(),
+                  on_replaced="stop")
+    agent.on_message(lambda event: None)
+    agent.run()
+    agent.close()
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert not [m for m in info if m.startswith("HTTP Request")], info
+    assert any("session ses_1 started" in m for m in info) and any("replaced" in m for m in info), info

@@ -58,7 +58,8 @@ def test_a_mentioned_live_subscriber_gets_exactly_one_steer_and_no_deliver(world
     world.pump()
     items = world.sessions[ids["aa"]].drain()
     assert [(i.kind, i.message_id) for i in items] == [("steer", m)]
-    assert items[0].payload() == {"type": "steer", "message": items[0].message, "channel_id": ch}
+    assert items[0].payload() == {"type": "steer", "message": items[0].message, "channel_id": ch,
+                                  "mentions_you": True}
     assert items[0].message["text"] == "hey @aa look here" and items[0].message["seq"] == 1
 
 

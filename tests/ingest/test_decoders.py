@@ -142,7 +142,7 @@ EXPECTED: dict[str, list] = {
             "file_sha256": "n0mC7x6k0a2W9Kq5gJ3oQ5f2B3yXH0u1pVtZt4Yb6Ds=",
             "file_enc_sha256": "s7T2kL9pQ4vN1mB8xC3zA6dF0gH5jW2eR7tY9uI1oP4=",
             "media_key": "V3k9qN2bY5mS0cZ1dF4gH7jK8lP6oI3uT2rE1wQ9aXs=",
-            "file_length": 184533},))],
+            "file_length": 184533, "caption": "the seats!", "width": 960, "height": 1280},))],
     "whatsapp_reaction": [ReactionEvent(
         WA_CAROL, "3EB0AA11BB22CC33DD55", CAROL, "😂", "add", 1717170299876)],
     "whatsapp_reaction_remove": [ReactionEvent(
@@ -196,7 +196,7 @@ EXPECTED: dict[str, list] = {
         "12", "2004", legacy("2"), "incoming", "", 1717180080000, reactions_snapshot=True,
         attachments=({"v": 1, "kind": "remote", "media_id": "MmZiY2I0ZjItMWU3Zi00",
                       "decryption_key_b64": "q83vEjRWeJCrze8SNFZ4kA==", "mime_type": "image/jpeg",
-                      "name": "PXL_20240531.jpg", "size": 1048576},))],
+                      "name": "PXL_20240531.jpg", "size": 1048576, "width": 3072, "height": 4080},))],
 }
 
 

@@ -37,7 +37,7 @@ async def lists_exactly_the_contract_tools(client: Client) -> None:
     tools = await client.list_tools()
     assert sorted(t.name for t in tools.tools) == sorted(TOOL_NAMES) == sorted(
         ["list_channels", "read_messages", "post_message", "owed_mentions", "ack", "list_conversations",
-         "get_conversation_messages", "search_messages"]
+         "get_conversation_messages", "search_messages", "list_pins", "pin_message", "ask_people", "answer_ask"]
     )
 
 

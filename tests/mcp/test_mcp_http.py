@@ -65,18 +65,42 @@ def test_each_request_is_authenticated_with_an_agent_token_before_the_mcp_layer(
                 r = http.request(method, "/mcp", json=body if method == "POST" else None,
                                  headers={**headers, "Accept": "application/json, text/event-stream"})
                 assert r.status_code == status, (name, method, r.text)
-                assert r.json() == {"error": {"code": code, "message": r.json()["error"]["message"]}}, name
-                assert r.json()["error"]["message"], name
+                # a JSON-RPC error answering the request (D56), the reason in its message
+                error = r.json()["error"]
+                assert r.json() == {"jsonrpc": "2.0", "id": 1 if method == "POST" else None, "error": error}, name
+                assert error["code"] == (-32001 if status == 401 else -32003), name
+                assert error["data"] == {"code": code, "status": status}, name
+                assert error["message"].endswith(f"[{code}]") and len(error["message"]) > len(code) + 3, name
                 if status == 401:
                     assert r.headers["www-authenticate"].startswith("Bearer"), name
 
-    async def refused(token):
-        with pytest.raises(Exception):
-            async with mcp_http(hub.url, token) as client:
-                await client.list_tools()
 
-    for token in (None, "tdg_not_a_token", hub.token("owner")):
-        anyio.run(refused, token)
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_the_sdk_client_shows_why_its_token_was_refused(hub, mode):
+    """The MCP SDK's own client surfaces the reason, not "Server returned an error response"."""
+    from mcp.shared.exceptions import MCPError
+
+    def first_mcp_error(exc: BaseException) -> MCPError | None:
+        if isinstance(exc, MCPError):
+            return exc
+        for inner in getattr(exc, "exceptions", ()):  # the client's task groups wrap it
+            found = first_mcp_error(inner)
+            if found is not None:
+                return found
+        return None
+
+    async def refused(token, code):
+        with pytest.raises(BaseException) as caught:
+            async with mcp_http(hub.url, token, mode) as client:
+                await client.list_tools()
+        error = first_mcp_error(caught.value)
+        assert error is not None, repr(caught.value)
+        assert f"[{code}]" in str(error) and "Server returned an error response" not in str(error), str(error)
+        assert error.error.code == (-32001 if code != "agent_only" else -32003)
+
+    for token, code in ((None, "missing_token"), ("tdg_not_a_token", "bad_token"), (hub.token("owner"), "agent_only"),
+                        (ADMIN_TOKEN, "agent_only")):
+        anyio.run(refused, token, code)
 
 
 def test_a_session_belongs_to_the_agent_that_opened_it(hub):
@@ -116,3 +140,19 @@ def test_the_endpoint_survives_a_second_run_of_the_app(world):
     for _ in range(2):
         with LiveServer(app) as server:
             assert len(anyio.run(listed, server.url)) == 2
+
+
+def test_tools_take_a_channel_by_its_name(hub):
+    """``#name`` works wherever a tool expects a channel id (D55)."""
+    from mcp_scenario import call, fails
+
+    async def main():
+        async with mcp_http(hub.url, hub.token("bot")) as client:
+            posted = await call(client, "post_message", channel_id="#general", text="by name")
+            assert posted["message"]["channel_id"] == hub.channels["general"]
+            read = await call(client, "read_messages", channel_id="#general")
+            assert read["channel_id"] == hub.channels["general"]
+            assert read["messages"][-1]["id"] == posted["message"]["id"]
+            assert "unknown_channel" in await fails(client, "read_messages", channel_id="#private")
+
+    anyio.run(main)

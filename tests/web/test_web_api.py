@@ -38,8 +38,9 @@ def test_the_page_and_its_assets_are_served_with_a_strict_policy(client):
     assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
     assert r.headers["x-content-type-options"] == "nosniff"
     assert 'src="/static/app.js"' in r.text and 'href="/static/style.css"' in r.text
-    js = client.get("/static/app.js")
-    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    for name in ("app.js", "search.js"):
+        js = client.get(f"/static/{name}")
+        assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
     css = client.get("/static/style.css")
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     for path in ("/static/index.html", "/static/../api.py", "/static/nope.js"):
@@ -48,11 +49,13 @@ def test_the_page_and_its_assets_are_served_with_a_strict_policy(client):
 
 def test_the_page_never_builds_markup_from_strings():
     """Escaping rule: user text reaches the page only as text nodes; no inline script."""
-    js = (WEB / "app.js").read_text()
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
-        assert sink not in js, sink
+    for name in ("app.js", "search.js"):
+        js = (WEB / name).read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+            assert sink not in js, (name, sink)
     html = (WEB / "index.html").read_text()
-    assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/app.js" defer>']
+    assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/static/search.js" defer>',
+                                                    '<script src="/static/app.js" defer>']
     assert not re.search(r"<[^>]*\son[a-z]+\s*=", html), "inline event handler"
 
 

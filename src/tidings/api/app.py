@@ -19,7 +19,22 @@ from ..errors import TidingsError
 from ..http_edge import error_response
 from ..mcp import http as mcp_http
 from ..runtime import Runtime
-from . import bridges, conversations, links, routes, sessions, web
+from . import (
+    admin_routes,
+    attachments,
+    bridges,
+    conversations,
+    docs,
+    links,
+    metrics_route,
+    outbox,
+    pins_asks,
+    routes,
+    search,
+    sessions,
+    web,
+)
+from .guard import InputGuard
 from .limits import DEFAULT_MAX_BODY, BodyLimit
 
 log = structlog.get_logger("tidings.api")
@@ -43,7 +58,7 @@ def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_run
             if manage_runtime:
                 runtime.stop()
 
-    app = FastAPI(title="Tidings", version="0.1.0", lifespan=lifespan, docs_url="/api/docs", redoc_url=None)
+    app = FastAPI(title="Tidings", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
     app.state.lifespans = []
 
@@ -70,9 +85,11 @@ def create_app(runtime: Runtime, *, max_body: int = DEFAULT_MAX_BODY, manage_run
         return error_response(500, "internal", f"internal error (request id {request_id})")
 
     app.include_router(routes.router)
-    for install in (sessions.install, bridges.install, conversations.install, links.install, web.install,
-                    mcp_http.install):
+    for install in (sessions.install, bridges.install, conversations.install, links.install, outbox.install,
+                    pins_asks.install, web.install, docs.install, mcp_http.install, metrics_route.install,
+                    admin_routes.install, search.install, attachments.install):
         install(app, runtime)
+    app.add_middleware(InputGuard)  # inside BodyLimit: sees the bounded, buffered body
     app.add_middleware(BodyLimit, max_body=max_body)
     return app
 

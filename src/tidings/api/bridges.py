@@ -7,14 +7,15 @@ a 400 naming it, and nothing of that request is appended.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from .. import inputs
 from ..bridges import registry as bridges_hub
 from ..errors import BadRequest
+from ..hub import refs
 from ..hub.tokens import Principal
 from . import deps
 
@@ -25,12 +26,7 @@ async def _json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw:
         raise BadRequest("a JSON body is required", code="bad_json")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"malformed JSON: {exc}", code="bad_json") from None
-    except RecursionError:
-        raise BadRequest("malformed JSON: nested too deeply", code="bad_json") from None
+    return inputs.parse_json(raw)  # strict UTF-8 and bounded depth; the codecs judge the rest
 
 
 @router.post("/api/v1/bridges", status_code=201)
@@ -40,8 +36,9 @@ def create_bridge(
     unknown = set(body) - {"platform", "name", "owner"}
     if unknown:
         raise BadRequest(f"unknown fields: {sorted(unknown)}")
+    store = deps.runtime(request).store
     return bridges_hub.create_bridge(
-        deps.runtime(request).store, platform=body.get("platform"), name=body.get("name"), owner=body.get("owner")
+        store, platform=body.get("platform"), name=body.get("name"), owner=refs.resolve_account(store, body.get("owner"))
     )
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import Request
 
+from .. import inputs
 from ..errors import BadRequest, Forbidden
 from ..http_edge import bearer
 from ..hub.tokens import Principal, authenticate
@@ -49,10 +49,7 @@ async def json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         raise BadRequest("a JSON object body is required", code="bad_json")
-    try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"malformed JSON: {exc}", code="bad_json") from None
+    value = inputs.json_body(raw)
     if not isinstance(value, dict):
         raise BadRequest("the body must be a JSON object", code="bad_json")
     return value

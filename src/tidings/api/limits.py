@@ -9,8 +9,11 @@ then the original ``receive`` (so a streaming response still learns of a disconn
 from __future__ import annotations
 
 import json
+import re
 
 DEFAULT_MAX_BODY = 1024 * 1024  # 1 MiB
+# Attachment uploads stream to the blob store and enforce their own (larger) limit.
+STREAMED_UPLOAD = re.compile(r"^/api/v1/bridges/[^/]+/attachments/[^/]+$")
 
 
 class BodyLimit:
@@ -21,6 +24,8 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope.get("method") == "PUT" and STREAMED_UPLOAD.match(scope.get("path", "")):
+            return await self.app(scope, receive, send)  # streamed, under its own limit
         limit = self.max_body
         for name, value in scope.get("headers", []):
             if name == b"content-length":

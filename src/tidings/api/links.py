@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from ..hub import refs
 from ..hub.tokens import Principal
 from . import deps
 
@@ -16,7 +17,10 @@ router = APIRouter()
 def create_link(
     bridge_id: str, request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.admin)
 ) -> dict[str, Any]:
-    return deps.runtime(request).links.link(who, bridge_id, body)
+    rt = deps.runtime(request)
+    if "channel_id" in body:  # "#name" works here too (D55)
+        body = {**body, "channel_id": refs.resolve_channel(rt.store, who, body["channel_id"])}
+    return rt.links.link(who, bridge_id, body)
 
 
 @router.get("/api/v1/bridges/{bridge_id}/links")

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from ..errors import BadRequest, Forbidden
 from ..hub import accounts as accounts_hub
 from ..hub import channels as channels_hub
+from ..hub import refs
 from ..hub.channels import public_message
 from ..hub.tokens import Principal
 from . import deps
@@ -41,7 +42,7 @@ def create_account(
         kind=body.get("kind"),
         handle=body.get("handle"),
         display_name=body.get("display_name"),
-        owner=body.get("owner"),
+        owner=refs.resolve_account(deps.runtime(request).store, body.get("owner")),
         wake=body.get("wake"),
         created_by=who.account_id,
     )
@@ -49,8 +50,8 @@ def create_account(
 
 
 @router.get("/api/v1/accounts")
-def list_accounts(request: Request, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
-    return {"accounts": accounts_hub.list_accounts(deps.runtime(request).store)}
+def list_accounts(request: Request, handle: str | None = None, who: Principal = Depends(deps.admin)) -> dict[str, Any]:
+    return {"accounts": accounts_hub.list_accounts(deps.runtime(request).store, handle)}
 
 
 @router.get("/api/v1/me")
@@ -74,14 +75,17 @@ def create_channel(
         deps.runtime(request).store,
         who,
         name=body.get("name"),
-        members=body.get("members"),
+        members=refs.resolve_account_lists(deps.runtime(request).store, body, ("members",)).get("members"),
         mandatory_subscription=body.get("mandatory_subscription", False),
     )
 
 
 @router.get("/api/v1/channels")
-def list_channels(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
-    return {"channels": channels_hub.list_channels(deps.runtime(request).store, who)}
+def list_channels(request: Request, name: str | None = None, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
+    rows = channels_hub.list_channels(deps.runtime(request).store, who)
+    if name is not None:  # ?name=general or ?name=%23general (D55)
+        rows = [c for c in rows if c["name"] == name.removeprefix("#")]
+    return {"channels": rows}
 
 
 @router.post("/api/v1/channels/{channel_id}/members")
@@ -91,12 +95,15 @@ def update_members(
     body: dict = Depends(deps.json_object),
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    return channels_hub.update_members(deps.runtime(request).store, who, channel_id, body)
+    store = deps.runtime(request).store
+    body = refs.resolve_account_lists(store, body, ("add", "subscribe", "unsubscribe", "remove"))
+    return channels_hub.update_members(store, who, refs.resolve_channel(store, who, channel_id), body)
 
 
 @router.get("/api/v1/channels/{channel_id}/members")
 def list_members(channel_id: str, request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
-    return {"members": channels_hub.channel_members(deps.runtime(request).store, who, channel_id)}
+    store = deps.runtime(request).store
+    return {"members": channels_hub.channel_members(store, who, refs.resolve_channel(store, who, channel_id))}
 
 
 @router.get("/api/v1/channels/{channel_id}/messages")
@@ -107,7 +114,8 @@ def list_messages(
     limit: str | None = None,
     who: Principal = Depends(deps.account_caller),
 ) -> dict[str, Any]:
-    rows = channels_hub.list_messages(deps.runtime(request).store, who, channel_id, after_seq, limit)
+    store = deps.runtime(request).store
+    rows = channels_hub.list_messages(store, who, refs.resolve_channel(store, who, channel_id), after_seq, limit)
     return {"messages": rows}
 
 
@@ -128,7 +136,7 @@ def post_message(
     rt = deps.runtime(request)
     row, inserted = rt.posting.post(
         author_id=who.account_id,
-        channel_id=channel_id,
+        channel_id=refs.resolve_channel(rt.store, who, channel_id),
         text=body.get("text"),
         blocks=body.get("blocks"),
         topic=body.get("topic"),

@@ -6,7 +6,11 @@
 line holding a JSON object that also carries ``"type"``:
 
 * ``session`` ``{"session_id"}`` first;
-* ``deliver`` / ``steer`` ``{"message": Message, "channel_id"}``;
+* ``deliver`` / ``steer`` ``{"message": Message, "channel_id"}`` (a start's pins add
+  ``"pinned": true``);
+* ``pin`` ``{"channel_id", "message_id", "pinned", "message"?}`` and ``answer`` (an answer
+  to the agent's ask; ack it with ``message_id`` and ``ask_id``): see delivery/pins.py and
+  delivery/asks.py;
 * ``end`` ``{"reason"}`` last, when the server ends the session.
 
 Comment lines (``: keep-alive``) go out when nothing else did for ``keepalive_s``.
@@ -69,7 +73,7 @@ async def open_session(request: Request) -> StreamingResponse:
 
 @router.post("/api/v1/ack")
 def ack(request: Request, body: dict = Depends(deps.json_object), who: Principal = Depends(deps.agent_caller)):
-    return deps.runtime(request).delivery.ack(who.account_id, body.get("message_id"))
+    return deps.runtime(request).delivery.ack(who.account_id, body.get("message_id"), body.get("ask_id"))
 
 
 @router.post("/api/v1/session/{session_id}/state")

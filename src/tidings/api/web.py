@@ -15,6 +15,8 @@ Routes:
     "bus_seq"}`` -- a message was posted or changed in a channel the caller can see *at that
     moment* (the same rule as every read: ``hub.channels.visible_channel``). The message is
     read from the store, never taken from the bus event;
+  - ``pins`` ``{"channel_id", "message_id", "pinned", "bus_seq"}`` -- a visible channel's
+    pins changed (the page re-reads them);
   - ``resync`` ``{"reason": "lagged"}`` -- the bus overran this stream: events were missed;
   - ``tick`` ``{"at_ms", "bus_head_seq"}`` every ``tick_ms`` (2 s by default): re-read the
     panels (agents, bridges, status) and any message a lost publish left out.
@@ -27,7 +29,8 @@ Routes:
   a bridge token: 403) -- ``{"agents": [{"id", "kind", "handle", "display_name", "owner",
   "owner_handle", "home_channel_id", "live", "owed"}]}``. ``live`` comes from the delivery
   engine's session registry (memory, like liveness itself); ``owed`` counts the agent's open
-  owed mentions in the store. Who may see an agent is the rule of
+  owed mentions in the store. On a cluster node (PostgreSQL, several processes) ``live``
+  spans the cluster and ``node`` names the node holding the session. Who may see an agent is the rule of
   ``GET /api/v1/agents/{id}/owed`` (``Delivery.owed``); a test pins that the two agree.
 """
 
@@ -60,6 +63,7 @@ BATCH = 256
 _ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "search.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
 # The page runs no inline script or style and talks to its own origin only; a message's
@@ -67,7 +71,7 @@ _ASSETS = {
 _PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -96,7 +100,8 @@ def static(name: str) -> Response:
 @router.get("/api/v1/agents")
 def list_agents(request: Request, who: Principal = Depends(deps.account_caller)) -> dict[str, Any]:
     rt = deps.runtime(request)
-    return {"agents": accounts_hub.agents_overview(rt.store, who, rt.delivery.registry.is_live)}
+    return {"agents": accounts_hub.agents_overview(rt.store, who, rt.delivery.registry.is_live,
+                                                   getattr(rt, "cluster", None))}
 
 
 # -- the page's event stream ----------------------------------------------------------------------
@@ -158,7 +163,7 @@ async def _stream(rt: Any, who: Principal, tick_s: float) -> AsyncIterator[str]:
                         batch.append(more)
             if batch:
                 for payload in await run_in_threadpool(channels_hub.visible_events, rt.store, who, batch):
-                    yield _event("message", payload)
+                    yield _event(payload.pop("page_event", "message"), payload)
             if loop.time() >= next_tick:
                 yield _event("tick", {"at_ms": rt.clock.now_ms(), "bus_head_seq": bus.head_seq})
                 next_tick = loop.time() + tick_s

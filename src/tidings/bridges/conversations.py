@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BadRequest, NotFound
+from ..hub import attachments as attachments_hub
 from ..hub.tokens import Principal
 from ..params import int_param as _int_param
 from ..store import accounts as accounts_store
@@ -141,7 +142,9 @@ def conversation_messages(tx: Tx, who: Principal, conversation_id: str, *, limit
         tx, conversation_id, limit=limit,
         before_ms=bridge_messages.FAR_FUTURE_MS if before_ms is None else before_ms, before_id=before_id,
     )
-    return [public_message(r, by_message.get(r["id"], [])) for r in rows]
+    out = [public_message(r, by_message.get(r["id"], [])) for r in rows]
+    attachments_hub.add_to_bridge_messages(tx, out)
+    return out
 
 
 def next_page(rows: list[dict[str, Any]], limit: int, time_key: str) -> dict[str, Any]:

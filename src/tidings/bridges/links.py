@@ -27,6 +27,7 @@ from ..store import links as links_store
 from ..store import messages as messages_store
 from ..store.engine import Tx
 from ..store.sql import Stmt
+from . import echo
 
 log = structlog.get_logger("tidings.bridges")
 
@@ -99,11 +100,16 @@ class Links:
         if change.kind == "new":
             if change.direction != "incoming":
                 return
+            if echo.claim_incoming(tx, bridge_id=change.bridge_id, conversation_id=change.conversation_id,
+                                   message_id=change.message_id, remote_message_id=change.remote_message_id,
+                                   now=self.store.now_ms()):
+                return  # our own message coming back: never posted a second time
             text = linked_text(links_store.sender_label(tx, change.sender_identity_id), change.body)
             for channel_id, bridge_account in targets:
                 _, inserted = self.runtime.posting.post(
                     author_id=bridge_account, channel_id=channel_id, text=text,
                     client_request_id=link_request_id(channel_id, change.message_id), tx=tx,
+                    occurred_at_ms=change.occurred_at_ms,
                 )
                 if inserted:
                     tx.after_commit(lambda b=change.bridge_id: self.runtime.ingest.counters.of(b).incr("links_posted"))

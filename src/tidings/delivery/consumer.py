@@ -3,7 +3,8 @@
 Where things live: this module is the ordering loop (edges, pump, overrun, waits);
 ``routing.py`` the author split, fan-out and mention pass; ``unit.py`` the durability
 unit and its flush; ``sweeps.py`` the cursor and owed sweeps; ``scan.py`` the recovery and
-periodic scans; ``link.py`` the consumer's connection and its one failure path.
+periodic scans; ``link.py`` the consumer's connection and its one failure path;
+``pins.py`` the start's pins and live pin notices; ``asks.py`` the owed answers.
 
 Everything that decides who gets what runs here, on one thread, in one order: bus events
 (``MessagePosted``; everything else is ignored) and session edges (start, end, state,
@@ -68,6 +69,12 @@ that connects while a mention is being routed therefore either is live before th
 (steer) or starts after the owed row committed (its owed sweep steers it); it cannot fall
 between the two.
 
+Cluster (``attach_cluster``, PostgreSQL, several nodes; ``cluster/node.py``): a post
+another node took arrives as ``RemotePosted`` and only dispatches to this node's sessions
+(``Router.fan_out_here_only``); a post whose author's session is on another node is held
+here until that node announces the settle (``AuthorSettled``); only the leader scans, and
+it leaves rows younger than the dead-after interval to the node that posted them.
+
 Ordering: an edge remembers the bus head when it was submitted, and the consumer handles
 every bus event up to that head before the edge. So a ``ready`` sent after an agent's post
 returned always finds that post held, and a session's start sweep runs before any live
@@ -90,13 +97,16 @@ import structlog
 
 from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
+from ..cluster.events import AuthorSettled
 from ..counters import Counters
 from ..faults import Faults
-from ..hub.events import MessagePosted
+from ..hub.events import AskAnswered, MessagePosted, PinsChanged
 from ..store import sessions as sessions_store
 from ..store.engine import Store
+from .asks import Answers, WakeRequests
 from .link import Link
 from .options import ConsumerOptions
+from .pins import Pins
 from .routing import BATCH_READ_FAULT, ROUTE_FAULT, RouteOutcome, Router
 from .scan import SCAN_READ_FAULT, Scanner
 from .sessions import PHASE_CURSOR, EdgeKind, Session
@@ -151,7 +161,7 @@ class Consumer:
         self.clock = clock
         self.faults = faults
         self.counters = counters
-        self.wakers = wakers
+        self.wakers: WakeRequests = wakers
         self.options = options
         # Consumer-thread state.
         self.live: dict[str, Session] = {}
@@ -181,15 +191,32 @@ class Consumer:
         self._poke: asyncio.Event | None = None
         #: Test hook: called after each flush that recorded owed rows (O-9 race test).
         self.after_owed_recorded: Callable[[], None] | None = None
+        #: Cluster: session id -> the owed ids its sweep steered (no duplicate live push).
+        self._owed_steered: dict[str, set[str]] = {}
         # The parts, each handed what it uses.
         self.router = Router(link=self.link, counters=counters, faults=faults, live=self.live, held=self.held,
-                             held_ids=self.held_ids, unit=self._unit, options=options)
-        self.sweeper = Sweeper(link=self.link, counters=counters, live=self.live, options=options)
+                             held_ids=self.held_ids, unit=self._unit, options=options,
+                             owed_steered=self._owed_steered)
+        self.pins = Pins(link=self.link, counters=counters, faults=faults, live=self.live)
+        self.answers = Answers(link=self.link, counters=counters, clock=clock, wakers=wakers, live=self.live)
+        self.sweeper = Sweeper(link=self.link, counters=counters, live=self.live, options=options, pins=self.pins,
+                               answers=self.answers, owed_steered=self._owed_steered)
         self.flusher = Flusher(link=self.link, clock=clock, faults=faults, counters=counters, wakers=wakers,
                                on_owed_recorded=self._owed_recorded)
         self.scanner = Scanner(link=self.link, counters=counters, faults=faults, held_ids=self.held_ids,
                                unit=self._unit, router=self.router, sweeper=self.sweeper, flush=self._flush,
-                               options=options)
+                               options=options, answers=self.answers, clock=clock)
+
+    @property
+    def cluster(self) -> Any:
+        """The ``cluster.ClusterNode`` (None = one process)."""
+        return self.link.cluster
+
+    def attach_cluster(self, cluster: Any, wakers: WakeRequests) -> None:
+        """Cluster mode (before ``open``): routing and scans see the nodes, and every wake
+        request goes to ``wakers`` (the leader's dispatcher)."""
+        self.link.cluster = cluster
+        self.wakers = self.flusher.wakers = self.answers.wakers = wakers
 
     @property
     def _db(self) -> Any:
@@ -244,11 +271,12 @@ class Consumer:
         self.link.open(self.store)
         self._sub = self.bus.subscribe(0)
         try:
-            with self.link.strict_write() as tx:
-                sessions_store.end_stale_sessions(tx, self.clock.now_ms())
+            if self.cluster is None:  # in a cluster the leader ends a dead node's sessions
+                with self.link.strict_write() as tx:
+                    sessions_store.end_stale_sessions(tx, self.clock.now_ms())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only
             self.link.failed("could not close stale session rows", exc, level="warning")
-        if self.options.scan_enabled:
+        if self.scanner.allowed():
             self.scan()
         self._events.extend(self._sub.replay)
         self._sub.replay = []
@@ -386,12 +414,38 @@ class Consumer:
         self._publish_progress()
 
     def _handle_batch(self, events: list[Stamped]) -> None:
-        """Handle bus events in order (``routing.Router.handle_posted``: one read for all
-        the posted messages among them; everything else is ignored)."""
-        self.router.handle_posted(e.payload for e in events if isinstance(e.payload, MessagePosted))
+        """Handle bus events in order: each run of posted messages goes to
+        ``routing.Router.handle_posted`` (one read for all of them); a remote settle, a pin
+        change and an answered ask are handled in their place; everything else is ignored."""
+        posted: list[MessagePosted] = []
+        for event in events:
+            payload = event.payload
+            if isinstance(payload, MessagePosted):
+                posted.append(payload)
+            elif isinstance(payload, (AuthorSettled, PinsChanged, AskAnswered)):
+                if posted:
+                    self.router.handle_posted(posted)
+                    posted = []
+                self._on_other(payload)
+        if posted:
+            self.router.handle_posted(posted)
         for event in events:
             if event.seq > self._handled_seq:
                 self._handled_seq = event.seq
+
+    def _on_other(self, payload: AuthorSettled | PinsChanged | AskAnswered) -> None:
+        """A remote settle (cluster), a pin change (live ``pin`` notices) or an answered ask
+        (the asker's answer)."""
+        if isinstance(payload, AuthorSettled):
+            self.router.release_remote(payload.agent_id)
+            return
+        try:
+            if isinstance(payload, PinsChanged):
+                self.pins.on_pins_changed(payload)
+            else:
+                self.answers.on_answered(payload)
+        except Exception as exc:  # noqa: BLE001 - the recovery scan dispatches answers
+            self.link.failed("pin or answer event not processed", exc, event=repr(payload))
 
     # ======================================================================================
     # Session edges and sweeps
@@ -427,21 +481,23 @@ class Consumer:
         session.phase = PHASE_CURSOR
         session.floors = {}
         session.owed_after = ("", 0)
+        self.pins.begin(session)
         self.sweeper.sweep(session)
 
     def _end(self, session: Session, reason: str) -> None:
         if self.live.get(session.agent_id) is session:
             del self.live[session.agent_id]
+        self._owed_steered.pop(session.session_id, None)
         self.counters.incr("sessions_ended")
         log.info("session ended", session_id=session.session_id, agent_id=session.agent_id, reason=reason)
         if self.options.settle_on_end:
-            self.router.fire_held(session.session_id)
+            self.router.fire_held(session.session_id, session.agent_id)
         self._session_row(sessions_store.end_session, session.session_id, reason or "closed", self.clock.now_ms())
 
     def _state(self, session: Session, state: str) -> None:
         self._session_row(sessions_store.set_session_state, session.session_id, state)
         if state in SETTLE_STATES:
-            self.router.fire_held(session.session_id)
+            self.router.fire_held(session.session_id, session.agent_id)
 
     # ======================================================================================
     # Recovery: overrun, scan, periodic
@@ -460,12 +516,18 @@ class Consumer:
         log.warning("bus overrun: re-subscribed; sweeping live sessions, then scanning")
         self._flush()
         self.sweeper.sweep_all_live()
-        if self.options.scan_enabled:
+        if self.scanner.allowed():
             self.scan()
 
     def scan(self) -> int:
         """The recovery scan (``scan.Scanner.scan``); returns how many messages it marked."""
         return self.scanner.scan()
+
+    def request_scan(self) -> None:
+        """Run the periodic scan at the next pump (thread-safe; a new cluster leader)."""
+        if self.options.scan_interval_ms > 0:
+            self._next_scan_at = self.clock.now_ms()
+            self.wake_loop()
 
     def _scan_due(self) -> bool:
         return self._next_scan_at is not None and self.clock.now_ms() >= self._next_scan_at

@@ -31,6 +31,7 @@ import structlog
 
 from ..counters import Counters
 from ..errors import BadRequest, NotFound
+from ..hub import asks as asks_hub
 from ..hub.tokens import Principal
 from ..store import accounts as accounts_store
 from ..store import cursors as cursors_store
@@ -58,6 +59,8 @@ COUNTERS = (
     "dispatch_refused",
     "deliver_deferred",
     "deliver_deduped",
+    "steer_deferred",
+    "steer_deduped",
     "route_failures",
     "flush_failures",
     "scans",
@@ -65,6 +68,12 @@ COUNTERS = (
     "overruns_handled",
     "sessions_started",
     "sessions_ended",
+    "pins_delivered",
+    "pin_notices",
+    "answers_sent",
+    "answer_wakes",
+    "answers_recovered",
+    "answers_acked",
 )
 
 STATES = ("working", "ready", "stopped")
@@ -123,8 +132,17 @@ class Delivery:
         )
         self._thread: threading.Thread | None = None
         self.started = False
+        self.cluster: Any = None
+
+    def attach_cluster(self, cluster: Any) -> None:
+        """Cluster mode (before ``start``): liveness, sessions, routing and wakes span
+        the nodes (``cluster.node.ClusterNode``)."""
+        self.cluster = cluster
+        self.consumer.attach_cluster(cluster, _LeaderWakes(cluster, self.wakers))
 
     def _is_live(self, agent_id: str) -> bool:
+        if self.cluster is not None and self.cluster.remote_live(agent_id):
+            return True
         return self.registry.is_live(agent_id)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -181,10 +199,15 @@ class Delivery:
     # -- the transport's calls -------------------------------------------------------------
     def connect(self, agent_id: str) -> Session:
         """Open a session for an agent (replacing its live one); the consumer sweeps it."""
+        if self.cluster is not None:
+            return self.cluster.connect(self.registry, agent_id)
         return self.registry.connect(agent_id)
 
     def disconnect(self, session: Session, reason: str = "closed") -> bool:
-        return self.registry.disconnect(session, reason)
+        ended = self.registry.disconnect(session, reason)
+        if self.cluster is not None:
+            self.cluster.disconnect(session)
+        return ended
 
     def set_state(self, agent_id: str, session_id: Any, state: Any) -> None:
         if state not in STATES:
@@ -194,7 +217,11 @@ class Delivery:
             raise NotFound("unknown session", code="unknown_session")
         self.consumer.submit(EdgeKind.STATE, session, state)
 
-    def ack(self, agent_id: str, message_id: Any) -> dict[str, Any]:
+    def ack(self, agent_id: str, message_id: Any, ask_id: Any = None) -> dict[str, Any]:
+        if ask_id is not None:  # an owed answer (hub/asks.py), not a message
+            result = asks_hub.ack_answer(self.store, agent_id, message_id, ask_id)
+            self.counters.incr("answers_acked", int(result["answer_cleared"]))
+            return result
         if not isinstance(message_id, str) or not message_id:
             raise BadRequest("message_id (a string) is required", code="bad_message_id")
         with self.store.write() as tx:
@@ -219,3 +246,15 @@ class Delivery:
             if not allowed:
                 raise NotFound("unknown agent", code="unknown_agent")
             return owed_store.owed_of(tx, agent_id)
+
+
+class _LeaderWakes:
+    """Cluster: the consumer's wake requests go to the leader's dispatcher (one coalescing
+    window for the whole cluster); on the leader they are local calls."""
+
+    def __init__(self, cluster: Any, wakers: WakeDispatcher) -> None:
+        self.cluster = cluster
+        self.wakers = wakers
+
+    def request(self, agent_id: str, wake_json: str | None, reason: str) -> None:
+        self.cluster.request_wake(self.wakers, agent_id, wake_json, reason)

@@ -33,6 +33,9 @@ class Link:
         #: A failure that may have cost a live session a push: sweep every live session
         #: after the next periodic scan.
         self.resweep_live = False
+        #: Cluster (PostgreSQL, several nodes): the ``cluster.ClusterNode``, set before the
+        #: consumer opens; None = one process.
+        self.cluster: Any = None
 
     def open(self, store: Store) -> None:
         self._db = store.dedicated(pg_settings=delivery_store.CONSUMER_PG_SETTINGS)

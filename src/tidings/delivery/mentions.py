@@ -63,3 +63,10 @@ def resolve_mentioned(handles: Sequence[str], members: Sequence[ChannelAgent], a
     by_handle = {m.handle: m for m in eligible}
     picked = {by_handle[h].id: by_handle[h] for h in handles if h in by_handle and h not in NO_AGENT}
     return [picked[k] for k in sorted(picked)]
+
+
+def mentions_agent(handles: Sequence[str], agent: ChannelAgent, author_id: str) -> bool:
+    """Whether ``handles`` reach ``agent`` (an agent member of the message's channel): the
+    same rule as ``resolve_mentioned``, asked for one recipient (the cursor sweep's
+    deliver-or-steer choice and every dispatch's ``mentions_you``)."""
+    return bool(resolve_mentioned(handles, [agent], author_id))

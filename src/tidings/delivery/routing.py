@@ -11,6 +11,11 @@ recipient gets a pushed dispatch; an offline one is woken (after the unit's flus
 The router is handed the consumer's connection (``Link``), its counters, the live-session
 view (``live``: agent id -> session, changed only at edges) and the held messages, and it
 records its durable decisions into the shared ``Unit``.
+
+Cluster (``link.cluster`` set, PostgreSQL, several nodes; ``cluster/node.py``): a post
+another node took arrives with its ``node_id`` and only dispatches to this node's sessions
+(``fan_out_here_only``); a post whose author's session is on another node is held here
+until that node announces the settle (``release_remote`` on ``AuthorSettled``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from .. import metrics
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
@@ -39,6 +45,9 @@ log = structlog.get_logger("tidings.delivery")
 #: message is then read alone).
 ROUTE_FAULT = "delivery.route_error"
 BATCH_READ_FAULT = "delivery.batch_read_error"
+#: ``held`` key prefix (cluster): messages held here for an author whose session is on
+#: another node, released by that node's settle (``AuthorSettled``).
+REMOTE_HOLD = "remote:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,7 @@ class Router:
         held_ids: set[str],
         unit: Unit,
         options: ConsumerOptions,
+        owed_steered: dict[str, set[str]],
     ) -> None:
         self.link = link
         self.counters = counters
@@ -82,6 +92,9 @@ class Router:
         self.held_ids = held_ids
         self.unit = unit
         self.options = options
+        #: Cluster: session id -> the owed message ids its sweep steered (shared with the
+        #: sweeper, which fills it).
+        self.owed_steered = owed_steered
 
     # -- bus events ------------------------------------------------------------------------
     def handle_posted(self, events: Iterable[MessagePosted]) -> None:
@@ -109,9 +122,51 @@ class Router:
         if author_session is not None:
             self.hold(author_session, event.message_id)
             return
+        cluster = self.link.cluster
+        if cluster is not None and cluster.remote_live(event.author_id):
+            # Cluster: the author's session is on another node; that node settles it.
+            self.hold_remote(event.author_id, event.message_id)
+            return
         row, members = self.read_message(event.message_id, reads)
         if row is not None:
-            self.fan_out(row, members)
+            if cluster is not None and getattr(event, "node_id", ""):
+                self.fan_out_here_only(row, members)  # another node posted it: it routes
+            else:
+                self.fan_out(row, members)
+
+    def fan_out_here_only(self, row: dict[str, Any], members: list[ChannelAgent]) -> None:
+        """Cluster: steer and deliver to this node's sessions only; the durable effects
+        (owed rows, the mark, wakes) belong to the node that posted the message. A session
+        whose owed sweep already steered the message is left out (no duplicate)."""
+        unit, live = self.unit, self.live
+        self.unit = Unit()
+        swept = [sid for sid, ids in self.owed_steered.items() if row["id"] in ids]
+        if swept:
+            self.live = {a: s for a, s in live.items() if s.session_id not in swept}
+        try:
+            self.fan_out(dict(row, mentions_routed_at=None), members)
+        finally:
+            self.unit, self.live = unit, live
+
+    def hold_remote(self, author_id: str, message_id: str) -> None:
+        self.held.setdefault(REMOTE_HOLD + author_id, []).append(message_id)
+        self.held_ids.add(message_id)
+        self.counters.incr("held")
+
+    def release_remote(self, author_id: str) -> None:
+        """Cluster: the author settled on its node (or its session is gone): fan out what
+        was held here for it, in post order, to this node's sessions only."""
+        ids = self.held.pop(REMOTE_HOLD + author_id, None)
+        if not ids:
+            return
+        self.held_ids.difference_update(ids)
+        reads = self.read_batch(ids)
+        for message_id in ids:
+            row, members = self.read_message(message_id, reads)
+            if row is not None:
+                self.counters.incr("settled")
+                with coalesced_wakes():
+                    self.fan_out_here_only(row, members)
 
     def hold(self, session: Session, message_id: str) -> None:
         self.held.setdefault(session.session_id, []).append(message_id)
@@ -119,12 +174,14 @@ class Router:
         self.counters.incr("held")
         log.debug("message held until its author settles", message_id=message_id, session_id=session.session_id)
 
-    def fire_held(self, session_id: str) -> None:
+    def fire_held(self, session_id: str, agent_id: str = "") -> None:
         """The settle edge: fan out the session's held messages in post order, re-read
         (a page of ``event_batch`` ids per batched read)."""
         ids = self.held.pop(session_id, None)
         if not ids:
             return
+        if self.link.cluster is not None:  # the other nodes release what they held for this author
+            self.link.cluster.notify_settled(agent_id)
         self.held_ids.difference_update(ids)  # none is held any more, whatever happens next
         page = max(1, self.options.event_batch)
         for start in range(0, len(ids), page):
@@ -240,7 +297,7 @@ class Router:
                 session = self.live.get(agent.id)
                 if not agent.in_sweep and (session is None or self.options.owe_live_gap):
                     self.unit.owe(message_id, agent.id, channel_id)
-                if session is not None and self.steer(session, message):
+                if session is not None and self.steer(session, message, in_sweep=agent.in_sweep):
                     continue
                 if session is None or session.closed:
                     self.unit.wake(agent, "mention")
@@ -262,14 +319,25 @@ class Router:
         outcome = session.offer(Dispatch("deliver", message, message["channel_id"]))
         if outcome == OFFER_OK:
             self.counters.incr("delivered")
+            metrics.dispatched(message)
             note_sent(session, message)
         else:
             self.refused(session, outcome, message)
 
-    def steer(self, session: Session, message: dict[str, Any]) -> bool:
-        outcome = session.offer(Dispatch("steer", message, message["channel_id"]))
+    def steer(self, session: Session, message: dict[str, Any], *, in_sweep: bool = False) -> bool:
+        if in_sweep:
+            # The cursor sweep carries this message and steers it in order (D54): while it
+            # catches up, or once it has passed this seq, a live push would be a duplicate.
+            if session.phase == PHASE_CURSOR:
+                self.counters.incr("steer_deferred")
+                return True
+            if message["seq"] <= session.floors.get(message["channel_id"], -1):
+                self.counters.incr("steer_deduped")
+                return True
+        outcome = session.offer(Dispatch("steer", message, message["channel_id"], True))
         if outcome == OFFER_OK:
             self.counters.incr("steered")
+            metrics.dispatched(message)
             note_sent(session, message)
             return True
         self.refused(session, outcome, message)

@@ -3,7 +3,10 @@
 The scan routes every committed message whose mention pass never completed
 (``mentions_routed_at`` NULL), through the same ``Router.route_mentions_for`` as the live
 path. It runs at start, after a bus overrun, and every ``scan_interval_ms`` (the periodic
-scan), so a NULL left by a failed pass does not wait for a restart.
+scan), so a NULL left by a failed pass does not wait for a restart. Every scan also
+dispatches the owed answers a crash left undispatched (``asks.Answers``). In a cluster only
+the leader scans, and it leaves rows younger than the dead-after interval to the node that
+posted them.
 
 The scanner is handed the consumer's connection (``Link``), its counters, the held message
 ids (a held message belongs to its settle edge) and the shared ``Unit``; ``flush`` commits
@@ -17,11 +20,13 @@ from collections.abc import Callable
 
 import structlog
 
+from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..store import delivery as delivery_store
 from ..store import sweep as sweep_store
 from ..store.sweep import ChannelAgent
+from .asks import Answers
 from .link import Link
 from .mentions import mention_handles
 from .options import ConsumerOptions
@@ -50,6 +55,8 @@ class Scanner:
         sweeper: Sweeper,
         flush: Callable[[], int],
         options: ConsumerOptions,
+        answers: Answers,
+        clock: Clock,
     ) -> None:
         self.link = link
         self.counters = counters
@@ -60,6 +67,8 @@ class Scanner:
         self.sweeper = sweeper
         self.flush = flush
         self.options = options
+        self.answers = answers
+        self.clock = clock
 
     def scan(self) -> int:
         """Route every committed message whose mention pass never completed. Returns how
@@ -91,7 +100,10 @@ class Scanner:
             for row in rows:
                 floor = row["seq"]
                 message_id = row["id"]
-                if message_id in self.held_ids:
+                cluster = self.link.cluster
+                if message_id in self.held_ids or (
+                    cluster is not None and row["at_unix_ms"] > self.clock.now_ms() - cluster.scan_grace_ms()
+                ):  # held here; or (cluster) young enough that the posting node routes it
                     skipped += 1
                     continue
                 if row["deleted_at_ms"] is not None:
@@ -122,14 +134,25 @@ class Scanner:
             if len(rows) < batch:
                 break
         self.counters.incr("scan_recovered", marked)
+        self.scan_answers()
         if marked or skipped:
             log.info("recovery scan done", marked=marked, skipped_held=skipped)
         return marked
 
+    def scan_answers(self) -> None:
+        try:
+            self.answers.scan_undispatched()
+        except Exception as exc:  # noqa: BLE001 - the next scan tries again
+            self.link.failed("recovery scan: answers not dispatched", exc, counter="scan_failures")
+
+    def allowed(self) -> bool:
+        """The recovery scan runs in one process, or on the cluster's leader only."""
+        return self.options.scan_enabled and (self.link.cluster is None or bool(self.link.cluster.is_leader))
+
     def periodic(self) -> None:
         """The clock's recovery point: a NULL left by a failed pass does not wait for a
         restart or an overrun (the Zulip "hard disconnect" lesson)."""
-        recovered = self.scan() if self.options.scan_enabled else 0
+        recovered = self.scan() if self.allowed() else 0
         if self.link.resweep_live or recovered:
             # A message the scan had to route is one whose event this consumer never
             # handled (a dropped publish, another process's post): its live subscribers

@@ -47,11 +47,15 @@ class Offer(StrEnum):
 
 class Phase(StrEnum):
     """Sweep phases (consumer-thread state): a new session first walks its cursors
-    (deliver), then its owed mentions (steer), then takes live dispatches."""
+    (deliver, or steer for a message that mentions it), then the start's pins
+    (``pins.py``), then its owed mentions (steer), then its owed answers (``asks.py``),
+    then takes live dispatches."""
 
     NEW = "new"
     CURSOR = "cursor"
+    PINS = "pins"
     OWED = "owed"
+    ANSWERS = "answers"
     LIVE = "live"
 
 
@@ -71,6 +75,8 @@ PHASE_NEW = Phase.NEW
 PHASE_CURSOR = Phase.CURSOR
 PHASE_OWED = Phase.OWED
 PHASE_LIVE = Phase.LIVE
+PHASE_PINS = Phase.PINS
+PHASE_ANSWERS = Phase.ANSWERS
 
 
 _deferred = threading.local()
@@ -120,13 +126,20 @@ class Dispatch:
     kind: str  # "deliver" | "steer"
     message: dict[str, Any]  # hub.channels.public_message(row)
     channel_id: str
+    #: The message mentions this recipient (the one grammar); a steer always does (D54).
+    mentions_you: bool = False
+    pinned: bool = False  # a pin of the start sweep (delivery/pins.py)
 
     @property
     def message_id(self) -> str:
         return cast(str, self.message["id"])
 
     def payload(self) -> dict[str, Any]:
-        return {"type": self.kind, "message": self.message, "channel_id": self.channel_id}
+        out = {"type": self.kind, "message": self.message, "channel_id": self.channel_id,
+               "mentions_you": self.mentions_you}
+        if self.pinned:
+            out["pinned"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +171,7 @@ class Session:
         "phase",
         "floors",
         "owed_after",
+        "extras",
     )
 
     def __init__(
@@ -184,6 +198,7 @@ class Session:
         self.phase: Phase = PHASE_NEW
         self.floors: dict[str, int] = {}
         self.owed_after: tuple[str, int] = ("", 0)
+        self.extras: dict[str, Any] = {}  # per-session state of the pin and answer sweeps
 
     def __repr__(self) -> str:
         return f"<Session {self.session_id} agent={self.agent_id} queued={len(self._items)} phase={self.phase}>"

@@ -19,6 +19,7 @@ from ..ids import new_id
 from ..store import accounts as accounts_store
 from ..store import channels as channels_store
 from ..store import cursors as cursors_store
+from ..store import nodes as nodes_store
 from ..store import owed as owed_store
 from ..store.engine import Store, Tx, is_integrity_error
 from .tokens import Principal, issue_token, register_token
@@ -192,6 +193,7 @@ def bootstrap(store: Store, admin_token: str | None = None) -> str | None:
     """
     chosen = admin_token or os.environ.get("TIDINGS_ADMIN_TOKEN") or None
     with store.write() as tx:
+        nodes_store.serialize_bootstrap(tx)
         if accounts_store.admin_token_exists(tx):
             return None
         now = store.now_ms()
@@ -237,10 +239,14 @@ def public_account(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def list_accounts(store: Store) -> list[dict[str, Any]]:
-    """Every account, public shape (the admin's listing)."""
+def list_accounts(store: Store, handle: str | None = None) -> list[dict[str, Any]]:
+    """Every account, public shape (the admin's listing); only the one with ``handle``
+    (``alice`` or ``@alice``, D55) when given."""
     with store.read() as tx:
         rows = accounts_store.accounts(tx)
+    if handle is not None:
+        wanted = handle.removeprefix("@").casefold()
+        rows = [r for r in rows if r["handle"] == wanted]
     return [public_account(r) for r in rows]
 
 
@@ -262,9 +268,12 @@ def may_view_agent(who: Principal, agent: dict[str, Any]) -> bool:
     return who.is_admin or (who.account_id is not None and who.account_id in (agent["id"], agent["owner_id"]))
 
 
-def agents_overview(store: Store, who: Principal, is_live: Callable[[str], bool]) -> list[dict[str, Any]]:
+def agents_overview(
+    store: Store, who: Principal, is_live: Callable[[str], bool], cluster: Any = None
+) -> list[dict[str, Any]]:
     """The agents ``who`` may view (``may_view_agent``), public shape, each with its
-    owner's handle, whether it is live right now (``is_live``) and its open owed count."""
+    owner's handle, whether it is live right now (``is_live``; with several nodes, live on
+    any node, and ``node``: the node holding its session) and its open owed count."""
     with store.read() as tx:
         agents = [a for a in accounts_store.accounts(tx, "agent") if may_view_agent(who, a)]
         owners: dict[str, str | None] = {}
@@ -279,6 +288,9 @@ def agents_overview(store: Store, who: Principal, is_live: Callable[[str], bool]
         item = public_account(agent)
         item["owner_handle"] = owners.get(agent["owner_id"]) if agent["owner_id"] else None
         item["live"] = is_live(agent["id"])
+        if cluster is not None:  # several nodes: live anywhere, and which node holds the session
+            item["live"] = item["live"] or cluster.remote_live(agent["id"])
+            item["node"] = cluster.session_node(agent["id"]) if item["live"] else None
         item["owed"] = int(owed[agent["id"]] or 0)
         out.append(item)
     return out

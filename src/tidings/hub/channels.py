@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..bridges import outbox
 from ..bus import Stamped
 from ..errors import BadRequest, Forbidden, NotFound
 from ..ids import new_id
@@ -21,7 +22,7 @@ from ..store import channels as channels_store
 from ..store import cursors as cursors_store
 from ..store import messages as messages_store
 from ..store.engine import Store, Tx
-from .events import MessagePosted, MessageUpdated
+from .events import MessagePosted, MessageUpdated, PinsChanged
 from .tokens import Principal
 
 MAX_CHANNEL_NAME = 80
@@ -29,7 +30,11 @@ MAX_LIST = 1000
 
 
 def visible_channel(tx: Tx, principal: Principal, channel_id: Any) -> dict[str, Any]:
-    """The channel row if ``principal`` may see it; NotFound otherwise (no existence leak)."""
+    """The channel row if ``principal`` may see it; NotFound otherwise (no existence leak).
+
+    The admin sees every channel, a member its channels, and a person the channels one of
+    its agents is a member of (D55: it may read them; acting as a member is 403
+    ``not_a_member``)."""
     if not isinstance(channel_id, str):
         raise NotFound("unknown channel", code="unknown_channel")
     row = channels_store.channel(tx, channel_id)
@@ -37,9 +42,19 @@ def visible_channel(tx: Tx, principal: Principal, channel_id: Any) -> dict[str, 
         raise NotFound("unknown channel", code="unknown_channel")
     if principal.is_admin:
         return row
-    if principal.account_id is None or channels_store.membership(tx, channel_id, principal.account_id) is None:
+    if principal.account_id is None:
+        raise NotFound("unknown channel", code="unknown_channel")
+    if channels_store.membership(tx, channel_id, principal.account_id) is None and not (
+        principal.kind == "human" and channels_store.owns_an_agent_member(tx, channel_id, principal.account_id)
+    ):
         raise NotFound("unknown channel", code="unknown_channel")
     return row
+
+
+def require_member(tx: Tx, principal: Principal, channel_id: str) -> None:
+    """A caller that can see the channel but is not in it: 403 ``not_a_member`` (D55)."""
+    if principal.account_id is None or channels_store.membership(tx, channel_id, principal.account_id) is None:
+        raise Forbidden("you can see this channel but are not a member of it", code="not_a_member")
 
 
 def _id_list(value: Any, field: str) -> list[str]:
@@ -73,6 +88,8 @@ def create_channel(
     with store.write() as tx:
         now = store.now_ms()
         rows = _require_accounts(tx, member_ids)
+        for row in rows.values():
+            check_may_enrol(principal, {"owner_account_id": principal.account_id}, row, already_member=False)
         channel_id = new_id("ch")
         channels_store.insert_channel(
             tx,
@@ -113,9 +130,14 @@ def update_members(store: Store, principal: Principal, channel_id: Any, body: di
         now = store.now_ms()
         channel = visible_channel(tx, principal, channel_id)
         cid = channel["id"]
+        if add and not principal.is_admin:
+            require_member(tx, principal, cid)
         rows = _require_accounts(tx, {*add, *subscribe, *unsubscribe, *remove})
         for account_id in {*subscribe, *unsubscribe, *remove}:
             _check_may_manage(tx, principal, channel, rows[account_id])
+        for account_id in {*add, *subscribe}:
+            member = channels_store.membership(tx, cid, account_id) is not None
+            check_may_enrol(principal, channel, rows[account_id], already_member=member)
         for account_id in add:
             channels_store.add_member(tx, cid, account_id, False, now)
             if channel["mandatory_subscription"] and rows[account_id]["kind"] == "agent":
@@ -152,6 +174,24 @@ def _check_may_manage(tx: Tx, principal: Principal, channel: dict[str, Any], tar
     raise Forbidden("you may only change your own (or your agents') subscriptions in this channel")
 
 
+def check_may_enrol(principal: Principal, channel: dict[str, Any], target: dict[str, Any], *, already_member: bool) -> None:
+    """Consent for agents (D42): an agent joins a channel only by the admin, or by a
+    caller who owns both the agent and the channel; once a member, its subscription may
+    be turned on by the admin, its owner or the agent itself. Humans: no extra rule."""
+    if target["kind"] != "agent" or principal.is_admin:
+        return
+    if already_member:
+        if principal.account_id in (target["id"], target.get("owner_id")):
+            return
+        raise Forbidden("only the agent's owner (or the agent) may subscribe it", code="agent_consent")
+    if principal.account_id is not None and principal.account_id == target.get("owner_id") == channel["owner_account_id"]:
+        return
+    raise Forbidden(
+        "only the admin, or whoever owns both the agent and the channel, may add an agent to a channel",
+        code="agent_consent",
+    )
+
+
 def list_channels(store: Store, principal: Principal) -> list[dict[str, Any]]:
     with store.read() as tx:
         rows = channels_store.channels_of(tx, None if principal.is_admin else principal.account_id)
@@ -170,7 +210,9 @@ def list_messages(store: Store, principal: Principal, channel_id: Any, after_seq
     with store.read() as tx:
         channel = visible_channel(tx, principal, channel_id)
         rows = messages_store.messages_after(tx, channel["id"], after, lim)
-    return [public_message(r) for r in rows]
+        from .attachments import public_channel_messages  # (hub.attachments imports this module)
+
+        return outbox.with_outbound(tx, public_channel_messages(tx, rows))
 
 
 def public_channel(row: dict[str, Any]) -> dict[str, Any]:
@@ -211,6 +253,8 @@ def public_message(row: dict[str, Any]) -> dict[str, Any]:
         "blocks": row["blocks"],
         "text": row["text"],
     }
+    if row.get("occurred_at_ms") is not None:
+        out["occurred_at_ms"] = row["occurred_at_ms"]  # the network time (a linked message)
     if row.get("edited_at_ms") is not None:
         out["edited_at_ms"] = row["edited_at_ms"]
     if row.get("deleted_at_ms") is not None:
@@ -224,13 +268,17 @@ def channels_of_account(tx: Tx, account_id: str | None) -> list[dict[str, Any]]:
 
 
 def get_message(store: Store, principal: Principal, message_id: str) -> dict[str, Any]:
-    """A message of a channel ``principal`` may see, public shape; 404 otherwise."""
+    """A message of a channel ``principal`` may see, public shape with its attachments and
+    outbound state; 404 otherwise."""
+    from .attachments import public_channel_messages  # attachments builds on this module
+
     with store.read() as tx:
         row = messages_store.message(tx, message_id)
         if row is None:
             raise NotFound("unknown message", code="unknown_message")
         visible_channel(tx, principal, row["channel_id"])
-    return public_message(row)
+        (message,) = public_channel_messages(tx, [row])
+        return outbox.with_outbound(tx, [message])[0]
 
 
 def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[dict[str, Any]]:
@@ -240,7 +288,7 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
         seen: dict[str, bool] = {}
         for stamped in batch:
             event = stamped.payload
-            if not isinstance(event, (MessagePosted, MessageUpdated)):
+            if not isinstance(event, (MessagePosted, MessageUpdated, PinsChanged)):
                 continue
             channel_id = event.channel_id
             if channel_id not in seen:
@@ -251,6 +299,10 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
                     seen[channel_id] = False
             if not seen[channel_id]:
                 continue
+            if isinstance(event, PinsChanged):  # the page re-reads the channel's pins
+                out.append({"page_event": "pins", "channel_id": channel_id, "message_id": event.message_id,
+                            "pinned": event.pinned, "bus_seq": stamped.seq})
+                continue
             row = messages_store.message(tx, event.message_id)
             if row is None:
                 continue
@@ -258,7 +310,7 @@ def visible_events(store: Store, who: Principal, batch: list[Stamped]) -> list[d
                 {
                     "event": "posted" if isinstance(event, MessagePosted) else "updated",
                     "channel_id": channel_id,
-                    "message": public_message(row),
+                    "message": outbox.with_outbound(tx, [public_message(row)])[0],
                     "bus_seq": stamped.seq,
                 }
             )

@@ -26,3 +26,23 @@ class MessageUpdated:
 
     message_id: str
     channel_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PinsChanged:
+    """A channel's pins changed: ``message_id`` was pinned (``pinned``) or unpinned."""
+
+    channel_id: str
+    message_id: str
+    pinned: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AskAnswered:
+    """An ask block was answered; the ``ask_answers`` row is the truth (and the owed
+    answer of ``asker_id``)."""
+
+    message_id: str
+    channel_id: str
+    ask_id: str
+    asker_id: str

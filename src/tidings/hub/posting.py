@@ -11,8 +11,10 @@ recovery scan is for).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from ..bridges import outbox
 from ..bus import Bus
 from ..errors import BadRequest, Forbidden, NotFound
 from ..faults import Faults
@@ -20,6 +22,7 @@ from ..ids import new_id
 from ..store import channels as channels_store
 from ..store import messages as messages_store
 from ..store.engine import Store, Tx
+from .asks import block_text, normalize_ask_block
 from .events import MessagePosted, MessageUpdated
 
 DEFAULT_TOPIC = "general"
@@ -32,8 +35,8 @@ class _Duplicate(Exception):
     """Raised inside the post transaction to roll back a lost idempotency race."""
 
 
-def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, str]], str]:
-    """Blocks as stored, and their text: text blocks joined by newlines.
+def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, Any]], str]:
+    """Blocks as stored, and their text: text blocks (and ask questions) joined by newlines.
 
     Either ``text`` (one text block) or ``blocks`` may be given, not both; a message must
     carry some text.
@@ -48,12 +51,16 @@ def normalize_blocks(text: Any, blocks: Any) -> tuple[list[dict[str, str]], str]
         raise BadRequest(f"blocks must be a list of 1 to {MAX_BLOCKS} blocks", code="bad_blocks")
     clean = []
     for block in blocks:
+        if isinstance(block, dict) and block.get("kind") == "ask":
+            clean.append(normalize_ask_block(block))  # hub/asks.py: validated, ask_id assigned
+            continue
         if not isinstance(block, dict) or block.get("kind") != "text" or not isinstance(block.get("text"), str):
-            raise BadRequest('each block must be {"kind": "text", "text": str}', code="bad_blocks")
+            raise BadRequest('each block must be {"kind": "text", "text": str} or {"kind": "ask", "ask": {...}}',
+                             code="bad_blocks")
         if set(block) - {"kind", "text"}:
             raise BadRequest("text blocks have only kind and text", code="bad_blocks")
         clean.append({"kind": "text", "text": block["text"]})
-    joined = "\n".join(b["text"] for b in clean)
+    joined = "\n".join(block_text(b) for b in clean)
     if not joined.strip():
         raise BadRequest("a message needs some text", code="empty_message")
     return clean, joined
@@ -66,6 +73,8 @@ class Posting:
         self.store = store
         self.bus = bus
         self.faults = faults or store.faults
+        #: Cluster (PostgreSQL): ``ClusterNode.notify_posted``, run inside the post transaction.
+        self.notify_in_tx: Callable[[Tx, MessagePosted], None] | None = None
 
     def post(
         self,
@@ -78,11 +87,13 @@ class Posting:
         client_request_id: Any = None,
         is_admin: bool = False,
         tx: Tx | None = None,
+        occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Post as ``author_id``; returns (message row, inserted).
 
         With ``tx`` the post joins the caller's transaction (bridge links post in the same
         transaction as the projection) and the publish waits for that commit.
+        ``occurred_at_ms``: the network time of a message that came from a network.
         """
         clean, joined = normalize_blocks(text, blocks)
         topic_name = DEFAULT_TOPIC if topic is None else topic
@@ -93,7 +104,7 @@ class Posting:
             raise BadRequest(f"client_request_id must be a string of at most {MAX_CLIENT_REQUEST_ID} characters")
         if not isinstance(channel_id, str):
             raise NotFound("unknown channel", code="unknown_channel")
-        args = (author_id, channel_id, clean, joined, topic_name.strip(), crid, is_admin)
+        args = (author_id, channel_id, clean, joined, topic_name.strip(), crid, is_admin, occurred_at_ms)
         if tx is not None:
             return self._post_in(tx, *args)
         try:
@@ -107,7 +118,8 @@ class Posting:
             return existing, False
 
     def _post_in(
-        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool
+        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+        occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         channel = channels_store.channel(tx, channel_id)
         if channel is None:
@@ -115,6 +127,8 @@ class Posting:
         if channels_store.membership(tx, channel_id, author_id) is None:
             if is_admin:
                 raise Forbidden("the admin is not a member of this channel", code="not_a_member")
+            if channels_store.owns_an_agent_member(tx, channel_id, author_id):  # it can see it (D55)
+                raise Forbidden("you can see this channel but are not a member of it", code="not_a_member")
             raise NotFound("unknown channel", code="unknown_channel")
         if channel["post_policy"] == "owner_only" and channel["owner_account_id"] != author_id:
             raise Forbidden("only the channel owner may post here", code="post_policy")
@@ -141,10 +155,15 @@ class Posting:
             blocks=blocks,
             text=text,
             client_request_id=crid,
+            occurred_at_ms=occurred_at_ms,
         )
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
+        tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
+        outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
+        if self.notify_in_tx is not None:  # cluster hook: other nodes learn of it at this commit
+            self.notify_in_tx(tx, event)
         tx.after_commit(lambda: self._publish(event))
         row = {
             "id": message_id,
@@ -160,6 +179,7 @@ class Posting:
             "edited_at_ms": None,
             "deleted_at_ms": None,
             "mentions_routed_at": None,
+            "occurred_at_ms": occurred_at_ms,
         }
         return row, True
 
@@ -185,6 +205,7 @@ class Posting:
                 raise Forbidden("only the author may edit a message", code="not_author")
             now = self.store.now_ms()
             messages_store.set_blocks(tx, message_id, clean, joined, now)
+            outbox.queue_edit(tx, message_id=message_id, text=joined, now=now)
             row.update(blocks=clean, text=joined, edited_at_ms=now)
             event = MessageUpdated(message_id, row["channel_id"])
             tx.after_commit(lambda: self.bus.publish(event))

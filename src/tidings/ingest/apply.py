@@ -20,12 +20,13 @@ from typing import Any, cast
 import structlog
 from psycopg import errors as pgerr
 
+from .. import metrics
 from ..clock import Clock
 from ..counters import Counters
 from ..faults import Faults
 from ..store import inbox as inbox_store
 from ..store.engine import Tx, is_integrity_error
-from . import projection
+from . import cluster_drain, projection
 from .counters import INGEST_COUNTERS, BridgeCounters
 from .decoders import DECODERS, DecodeError, decode_frame
 from .events import InvalidEvent, validate_event
@@ -204,6 +205,9 @@ class FrameApplier:
         # decode_frame validates every event it returns; anything else is checked here.
         self.validate = validate if validate is not None else self.decode is not decode_frame
         self.platforms: dict[str, str] = {}  # bridge id -> platform (bridges never change or go)
+        #: Cluster (PostgreSQL, several nodes draining one inbox): each drained frame takes its
+        #: bridge's lock first (``cluster_drain``). Set through ``Worker.across_nodes``.
+        self.across_nodes = False
 
     def bridge_platform(self, tx: Tx, bridge_id: str) -> str | None:
         """The bridge's platform, or None for an unknown bridge (not remembered).
@@ -217,6 +221,7 @@ class FrameApplier:
                 self.platforms[bridge_id] = platform
         return platform
 
+    @metrics.timed_frame_apply
     def apply(
         self, tx: Tx, inbox_id: str, att: Attempt, row: FrameRow | None = None, mark: bool = True,
         doc: Any = None,
@@ -234,6 +239,10 @@ class FrameApplier:
             row = inbox_store.load_unprocessed(tx, inbox_id)
             if row is None:
                 return GONE, None
+            if self.across_nodes:  # cluster: drains of one bridge on several nodes, one frame at a time
+                row = cluster_drain.claim_frame(tx, inbox_id, row)
+                if row is None:
+                    return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
         if doc is not None and self.decode_objects:
             payload = doc

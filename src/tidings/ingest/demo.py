@@ -6,6 +6,11 @@ her phone (a sync sent message), a reaction, a quoted reply, an edit, a read rec
 a direct message. They are appended like any bridge's frames; the ingest worker applies
 them when the hub starts. The bridge token is the fixed ``DEMO_BRIDGE_TOKEN`` so the
 README tour can push more frames with curl.
+
+The README tour then feeds the sample capture (``tests/ingest/fixtures/signal_sample.jsonl``)
+through this bridge. So the demo's people are the capture's people, with the capture's
+names (one name per identity), and its messages are earlier ones that the capture does
+not contain (nothing shows twice).
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from ..store import accounts as accounts_store
 DEMO_BRIDGE_TOKEN = "tdg_demo_signal_bridge"
 
 ACCOUNT = "+14155550100"  # alice's own number
-ALICE = ("a1b2c3d4-0000-4000-8000-000000000001", ACCOUNT, "Alice")
-MAYA = ("5e0c1a7e-3f7b-4b8e-9c61-2a4d8f1b0a11", "+14155550111", "Maya Moreau")
-THEO = ("9b2f6d3c-8e4a-4f1d-a7c2-5d3e1f0b9c22", "+14155550122", "Theo Okafor")
+# The identities of the sample capture, under the names it gives them.
+ALICE = ("a1b2c3d4-0000-4000-8000-000000000001", ACCOUNT, "Sam Reyes")
+MAYA = ("5e0c1a7e-3f7b-4b8e-9c61-2a4d8f1b0a11", "+14155550111", "Alice Moreau")
+THEO = ("9b2f6d3c-8e4a-4f1d-a7c2-5d3e1f0b9c22", "+14155550122", "Bob Okafor")
 GROUP = {"groupId": "q2Vn0aRZ8f0yX8Tt6cJmK1x4Wn9bYl3eQvPzA5oHs7c=", "groupName": "Family", "revision": 14,
          "type": "DELIVER"}
 
@@ -50,32 +56,33 @@ def _data(ts: int, text: str | None, group: bool = True, **extra: Any) -> dict[s
 
 
 def demo_frames(now_ms: int) -> list[dict[str, Any]]:
-    """A dozen minutes of a family chat, ending a minute before ``now_ms``."""
+    """A dozen minutes of a family chat, ending a minute before ``now_ms``; none of its
+    messages is one of the sample capture's."""
     t0 = (now_ms // 1000) * 1000 - 15 * 60_000
     t = [t0 + k * 60_000 for k in range(12)]
     payloads = [
-        (MAYA, _envelope(MAYA, t[0], dataMessage=_data(t[0], "Who's cooking tonight?"))),
-        (THEO, _envelope(THEO, t[1], dataMessage=_data(t[1], "Not me, I cooked yesterday 😅"))),
+        (MAYA, _envelope(MAYA, t[0], dataMessage=_data(t[0], "Anyone up for a hike on Saturday?"))),
+        (THEO, _envelope(THEO, t[1], dataMessage=_data(t[1], "Only if it ends at a bakery 🥐"))),
         (ALICE, _envelope(ALICE, t[2], syncMessage={"sentMessage": {
             "destination": None, "destinationNumber": None, "destinationUuid": None,
-            **_data(t[2], "I can, if someone tells me what we have")}})),
+            **_data(t[2], "I know one by the lake, I'll bring the map")}})),
         (THEO, _envelope(THEO, t[3], dataMessage=_data(t[3], None, reaction={
             "emoji": "😂", "targetAuthor": MAYA[1], "targetAuthorNumber": MAYA[1], "targetAuthorUuid": MAYA[0],
             "targetSentTimestamp": t[0], "isRemove": False}))),
-        (THEO, _envelope(THEO, t[4], dataMessage=_data(t[4], "there's pasta and half a pumpkin", quote={
+        (THEO, _envelope(THEO, t[4], dataMessage=_data(t[4], "the lake trail is 8 km", quote={
             "id": t[2], "author": ACCOUNT, "authorNumber": ACCOUNT, "authorUuid": ALICE[0],
-            "text": "I can, if someone tells me what we have"}))),
+            "text": "I know one by the lake, I'll bring the map"}))),
         (THEO, _envelope(THEO, t[5], editMessage={"targetSentTimestamp": t[4], "dataMessage": _data(
-            t[5], "there's pasta, half a pumpkin and some feta")})),
+            t[5], "the lake trail is 8 km, with a café halfway")})),
         (ALICE, _envelope(ALICE, t[6], syncMessage={"sentMessage": {
             "destination": None, "destinationNumber": None, "destinationUuid": None,
-            **_data(t[6], "pumpkin pasta it is 🎃")}})),
+            **_data(t[6], "Saturday at 9 then 🥾")}})),
         (MAYA, _envelope(MAYA, t[7], receiptMessage={
             "when": t[7], "isDelivery": False, "isRead": True, "isViewed": False, "timestamps": [t[6]]})),
         (MAYA, _envelope(MAYA, t[8], dataMessage=_data(t[8], None, reaction={
             "emoji": "❤️", "targetAuthor": ACCOUNT, "targetAuthorNumber": ACCOUNT, "targetAuthorUuid": ALICE[0],
             "targetSentTimestamp": t[6], "isRemove": False}))),
-        (MAYA, _envelope(MAYA, t[10], dataMessage=_data(t[10], "Can you pick up bread on the way home?",
+        (MAYA, _envelope(MAYA, t[10], dataMessage=_data(t[10], "Can you lend me your rain jacket for Saturday?",
                                                           group=False))),
     ]
     return [

@@ -50,11 +50,13 @@ from functools import lru_cache
 from hashlib import sha256
 from typing import Any
 
+from ..bridges import echo
 from ..counters import Counters
-from ..store import bridge_messages, conversations, identities, reactions, read_cursors
+from ..store import attachments, bridge_messages, conversations, identities, reactions, read_cursors
 from ..store.conversations import RosterError, RosterRow
 from ..store.engine import Tx
 from ..store.reactions import SELF_REACTOR, SnapshotEntry
+from .attachments import metadata as attachment_metadata
 from .events import (
     PLATFORMS,
     ConversationEvent,
@@ -372,14 +374,20 @@ class _Frame:
             cid = self.conv_id(remote_conv)
             sender = self.identity(ev.sender, f"message {ev.remote_message_id!r}: sender")
             mid = message_id_for(bridge_id, remote_conv, ev.remote_message_id)
+            direction = ev.direction
+            if direction == "outgoing":  # an incoming echo is claimed by the link hook (bridges/echo.py)
+                echo.claim(tx, bridge_id=bridge_id, conversation_id=cid, message_id=mid,
+                           remote_message_id=ev.remote_message_id, now=now)
             result = bridge_messages.upsert(
                 tx, id=mid, bridge_id=bridge_id, conversation_id=cid, remote_message_id=ev.remote_message_id,
-                sender_identity_id=sender[0], direction=ev.direction, body=ev.body,
+                sender_identity_id=sender[0], direction=direction, body=ev.body,
                 reply_to_remote_id=ev.reply_to_remote_id, occurred_at_ms=ev.occurred_at_ms, now=now,
             )
             if result is not None:
                 self.wrote("messages_written")
-            incoming = ev.direction == "incoming"
+            if result == "inserted" and ev.attachments:  # metadata, with the message only (D61)
+                attachments.insert_all(tx, mid, bridge_id, [attachment_metadata(a) for a in ev.attachments])
+            incoming = direction == "incoming"
             if sender_roster and incoming and not sender[3]:
                 if conversations.ensure_participant(
                     tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2]
@@ -394,7 +402,7 @@ class _Frame:
                     MessageChange(
                         kind="new", bridge_id=bridge_id, conversation_id=cid, message_id=mid,
                         remote_message_id=ev.remote_message_id, sender_identity_id=sender[0],
-                        direction=ev.direction, body=ev.body, occurred_at_ms=ev.occurred_at_ms,
+                        direction=direction, body=ev.body, occurred_at_ms=ev.occurred_at_ms,
                     ),
                 )
 

@@ -161,6 +161,16 @@ class Worker:
         self.drains = 0
 
     # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def across_nodes(self) -> bool:
+        """Cluster: drained frames take their bridge's lock (``cluster_drain``); set by
+        ``cluster.node.attach``."""
+        return self.applier.across_nodes
+
+    @across_nodes.setter
+    def across_nodes(self, value: bool) -> None:
+        self.applier.across_nodes = value
+
     def start(self) -> None:
         if self._thread is not None:
             return

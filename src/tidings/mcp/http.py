@@ -5,7 +5,7 @@
 * a route at exactly ``/mcp`` whose ASGI endpoint authenticates EVERY request (POST, GET,
   DELETE) before the MCP layer sees it: ``Authorization: Bearer <agent token>``. A
   missing or unknown token is a 401, any other token (human, admin, bridge) a 403, both
-  with the API's error envelope ``{"error": {"code", "message"}}``. The agent then rides
+  with a JSON-RPC error body the MCP SDK surfaces (``refusal``, D56). The agent then rides
   in the request scope (``scope["tidings.principal"]``), where the tools read it through
   the SDK's per-request context, so each tool call runs as the agent whose token that
   very request carried;
@@ -24,6 +24,7 @@ must carry a bearer token that a rebinding page cannot know.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,6 +37,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -93,11 +95,11 @@ class McpEndpoint:
         return who
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope)
+        request = Request(scope, receive)
         try:
             who = await anyio.to_thread.run_sync(self._agent, request)
         except TidingsError as exc:
-            response = error_response(exc.status, exc.code, exc.message)
+            response = await refusal(request, exc)
             if exc.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="tidings"'
             await response(scope, receive, send)
@@ -111,6 +113,33 @@ class McpEndpoint:
             AccessToken(token="", client_id=who.account_id, subject=who.account_id, scopes=["agent"])
         )
         await manager.handle_request(scope, receive, send)
+
+
+#: JSON-RPC error codes (the server-defined range) of a refused token: 401 and 403.
+JSONRPC_UNAUTHORIZED = -32001
+JSONRPC_FORBIDDEN = -32003
+
+
+async def refusal(request: Request, exc: TidingsError) -> JSONResponse:
+    """A refused token, in the one form an MCP client shows (D56): the HTTP status (401 or
+    403) with a JSON-RPC error body answering the request's id (null when the body is not
+    a request), ``message`` = the reason and its code, ``data`` = ``{"code", "status"}``
+    (the API envelope's code). The SDK's client surfaces exactly this error to its caller
+    instead of a bare "Server returned an error response"."""
+    request_id = None
+    if request.method == "POST":
+        try:
+            body = json.loads(await request.body())
+            if isinstance(body, dict) and isinstance(body.get("id"), (str, int)) and not isinstance(body["id"], bool):
+                request_id = body["id"]
+        except ValueError:
+            pass
+    code = JSONRPC_UNAUTHORIZED if exc.status == 401 else JSONRPC_FORBIDDEN
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": request_id,
+         "error": {"code": code, "message": f"{exc.message} [{exc.code}]", "data": {"code": exc.code, "status": exc.status}}},
+        status_code=exc.status,
+    )
 
 
 def install(app: Any, runtime: Any) -> None:

@@ -39,8 +39,9 @@ def mcp_url(url: str) -> str:
 def preflight(url: str, token: str, timeout: float = 10.0) -> None:
     """Fail fast, before any MCP traffic, on an unreachable hub or a token it refuses.
 
-    The hub authenticates ``/mcp`` requests before its MCP layer: a 401 or 403 carries
-    ``{"error": {"code", "message"}}``. Any other answer means the hub took the token.
+    The hub authenticates ``/mcp`` requests before its MCP layer: a 401 or 403 carries a
+    JSON-RPC error whose message names the reason (D56). Any other answer means the hub
+    took the token.
     """
     try:
         r = httpx.post(mcp_url(url), json=PREFLIGHT, timeout=timeout, headers={
@@ -50,8 +51,7 @@ def preflight(url: str, token: str, timeout: float = 10.0) -> None:
         raise StartupError(f"cannot reach the hub at {url!r}: {type(exc).__name__}: {exc}") from None
     if r.status_code in (401, 403):
         try:
-            err = r.json()["error"]
-            reason = f"{err['message']} [{err['code']}]"
+            reason = str(r.json()["error"]["message"])
         except Exception:  # noqa: BLE001 - not our hub's error shape
             reason = f"HTTP {r.status_code}"
         raise StartupError(f"the hub at {url!r} refused the token: {reason}")

@@ -14,7 +14,7 @@ use cases, so the MCP surface has exactly the HTTP API's rules:
 * bridge conversations: ``bridges.conversations`` (admin, the bridge's owner and the owner's
   agents; everyone else "unknown conversation" / "unknown bridge");
 * search: hub messages in the agent's channels, plus bridge messages of the bridges its
-  owner owns (``hub.search.search_bridge_messages``).
+  owner owns, through the full-text index (``hub.search``).
 
 Results are JSON objects (structured content, and the same JSON as text). Anything that
 carries text from outside the hub (bridge messages, conversation titles and names, and
@@ -40,9 +40,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from .. import inputs
 from ..bridges import conversations as bridge_conversations
 from ..errors import BadRequest, TidingsError
+from ..hub import attachments as attachments_hub
 from ..hub import channels as channels_hub
+from ..hub import reads as reads_hub
+from ..hub import refs
 from ..hub import search as search_hub
 from ..hub.tokens import Principal
 
@@ -58,6 +62,10 @@ TOOL_NAMES = (
     "list_conversations",
     "get_conversation_messages",
     "search_messages",
+    "list_pins",  # mcp/pins_asks.py
+    "pin_message",
+    "ask_people",
+    "answer_ask",
 )
 
 UNTRUSTED_WARNING = (
@@ -115,6 +123,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         Pass ``next_after_seq`` back as ``after_seq`` to continue; ``has_more`` says the
         page was full. Seqs are gap-free per channel, so nothing is ever skipped."""
         who = agent(ctx)
+        channel_id = refs.resolve_channel(store, who, channel_id)  # "#name" works too (D55)
         rows = channels_hub.list_messages(store, who, channel_id, after_seq, limit)
         with store.read() as tx:
             out: dict[str, Any] = _mark_channel_messages(tx, rows)
@@ -137,6 +146,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         reach that agent. With a ``client_request_id``, a retry returns the stored message
         with ``inserted: false`` and is never delivered twice."""
         who = agent(ctx)
+        channel_id = refs.resolve_channel(store, who, channel_id)  # "#name" works too (D55)
         row, inserted = runtime.posting.post(
             author_id=who.account_id, channel_id=channel_id, text=text, client_request_id=client_request_id
         )
@@ -150,7 +160,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         who = agent(ctx)
         owed = runtime.delivery.owed(who, who.account_id)
         with store.read() as tx:
-            rows = [search_hub.message(tx, o["message_id"]) for o in owed]
+            rows = [reads_hub.message(tx, o["message_id"]) for o in owed]
             marked = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in rows if r is not None])
         by_id = {m["id"]: m for m in marked.pop("messages")}
         marked["owed"] = [{**o, "message": by_id.get(o["message_id"])} for o in owed]
@@ -159,11 +169,15 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                           open_world_hint=False))
     @_domain_errors
-    def ack(message_id: str, ctx: Context) -> dict[str, Any]:
+    def ack(
+        message_id: str,
+        ctx: Context,
+        ask_id: Annotated[str | None, Field(description="Ack the answer to this ask of yours instead.")] = None,
+    ) -> dict[str, Any]:
         """Acknowledge a message you handled: clears an owed mention and advances your
-        cursor. Idempotent."""
+        cursor. With ``ask_id``: clears the owed answer to your ask. Idempotent."""
         who = agent(ctx)
-        return runtime.delivery.ack(who.account_id, message_id)
+        return runtime.delivery.ack(who.account_id, message_id, ask_id)
 
     @mcp.tool(annotations=_READ_ONLY)
     @_domain_errors
@@ -196,7 +210,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
                 owner = bridge_conversations.readable_owner(tx, who)
                 convs = []
                 if owner != bridge_conversations.NOBODY:
-                    for bridge in search_hub.bridges_of_owner(tx, owner):
+                    for bridge in reads_hub.bridges_of_owner(tx, owner):
                         convs += bridge_conversations.list_conversations(tx, who, bridge["id"], **page)
                 # the same (time, id) order each bridge's page was cut in
                 convs.sort(key=lambda c: (c["last_message_at_ms"] or 0, c["id"]), reverse=True)
@@ -244,41 +258,57 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
         query: str,
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=SEARCH_MAX_LIMIT)] = SEARCH_DEFAULT_LIMIT,
+        channel_id: Annotated[str | None, Field(description="Only messages of this channel.")] = None,
+        conversation_id: Annotated[str | None, Field(description="Only messages of this bridged conversation.")] = None,
+        author: Annotated[
+            str | None, Field(description="Only this author: an account id, or a sender identity id.")
+        ] = None,
+        before_ms: Annotated[int | None, Field(ge=0, description="Only messages sent before (unix ms).")] = None,
+        after_ms: Annotated[int | None, Field(ge=0, description="Only messages sent after (unix ms).")] = None,
     ) -> dict[str, Any]:
-        """Case-insensitive text search, newest first: messages in your channels
+        """Full-text search, best match first: messages in your channels
         (``channel_messages``) and in the bridged conversations you may read
-        (``bridge_messages``), at most ``limit`` of each."""
+        (``bridge_messages``), at most ``limit`` of each. Every word of ``query`` must
+        start a word of the message (``pump past`` finds "Pumpkin pasta"). Each hit has a
+        ``snippet`` with the matches in ``<mark>`` and a ``score``."""
         who = agent(ctx)
-        needle = query.strip()
-        if not needle or len(needle) > SEARCH_MAX_QUERY:
-            raise BadRequest(f"query must be 1 to {SEARCH_MAX_QUERY} characters", code="bad_query")
+        req = search_hub.parse_request(
+            query, limit=limit, channel_id=channel_id, conversation_id=conversation_id, author=author,
+            before_ms=before_ms, after_ms=after_ms, field="query",
+        )
         with store.read() as tx:
-            hub_rows = search_hub.search_channel_messages(tx, who.account_id, needle, limit)
-            out = _mark_channel_messages(tx, [channels_hub.public_message(r) for r in hub_rows])
-            owner = bridge_conversations.readable_owner(tx, who)
-            bridge_rows = (
-                []
-                if owner == bridge_conversations.NOBODY
-                else search_hub.search_bridge_messages(tx, needle, limit=limit, owner_id=owner)
-            )
+            hub_rows, bridge_rows = search_hub.search_rows(tx, who, req)
+            hub_hits = [_hub_hit(r) for r in hub_rows]
+            attachments_hub.add_to_channel_messages(tx, hub_rows, hub_hits)
+            out = _mark_channel_messages(tx, hub_hits)
+            bridge_hits = [_bridge_hit(r) for r in bridge_rows]
+            attachments_hub.add_to_bridge_messages(tx, bridge_hits)
         return _untrusted(
             {
-                "query": needle,
+                "query": req.query,
                 "channel_messages": out["messages"],
-                "bridge_messages": [_bridge_hit(r) for r in bridge_rows],
+                "bridge_messages": bridge_hits,
             }
         )
 
+    from . import pins_asks
+
+    pins_asks.register(mcp, runtime, agent)
     return mcp
 
 
 # -- helpers -------------------------------------------------------------------------------
 def _domain_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A domain error becomes a tool error carrying its message and code."""
+    """A domain error becomes a tool error carrying its message and code. Every argument
+    meets ``tidings.inputs`` first (no NUL or lone surrogate, 64-bit integers), so a bad
+    one is a tool error naming it."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            for name, value in kwargs.items():
+                if isinstance(value, (str, int, list, dict)) and not isinstance(value, bool):
+                    inputs.check_value(value, name)
             return fn(*args, **kwargs)
         except TidingsError as exc:
             raise ToolError(f"{exc.message} [{exc.code}]") from exc
@@ -294,7 +324,7 @@ def _untrusted(payload: dict[str, Any]) -> dict[str, Any]:
 def _mark_channel_messages(tx: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"messages": [...]}``, with the messages a bridge account posted marked untrusted
     (and the whole result marked when there is one)."""
-    bridges = search_hub.bridge_account_ids(tx) if messages else frozenset()
+    bridges = reads_hub.bridge_account_ids(tx) if messages else frozenset()
     marked = False
     for message in messages:
         if message["author_account_id"] in bridges:
@@ -310,4 +340,14 @@ def _bridge_hit(row: dict[str, Any]) -> dict[str, Any]:
     out["bridge_id"] = row["bridge_id"]
     out["conversation_title"] = row["conversation_title"]
     out["remote_conversation_id"] = row["remote_conversation_id"]
+    out["snippet"] = search_hub.marked_snippet(row["snippet_marked"])
+    out["score"] = float(row["score"])
+    return out
+
+
+def _hub_hit(row: dict[str, Any]) -> dict[str, Any]:
+    """A channel message found by search: the Message shape with its snippet and score."""
+    out = channels_hub.public_message(row)
+    out["snippet"] = search_hub.marked_snippet(row["snippet_marked"])
+    out["score"] = float(row["score"])
     return out

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..store.search import INDEX_COLUMNS, is_index_table
 from .harness import is_postgres, sqlite_path
 
 EXAMPLES = 3
@@ -95,7 +96,8 @@ class _Source:
             rows = self.conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
             ).fetchall()
-        return [r[0] for r in rows]
+        # the search index is derived from message text, not content (D58)
+        return [r[0] for r in rows if not is_index_table(r[0])]
 
     def columns(self, table: str) -> tuple[list[str], list[str]]:
         """(columns in schema order, primary-key columns in key order)."""
@@ -103,7 +105,7 @@ class _Source:
             cols = [r[0] for r in self.conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
                 "AND table_name = %s ORDER BY ordinal_position", (table,)
-            ).fetchall()]
+            ).fetchall() if r[0] not in INDEX_COLUMNS]
             pk = [r[0] for r in self.conn.execute(
                 "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                 "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
@@ -111,7 +113,7 @@ class _Source:
             ).fetchall()]
             return cols, pk
         info = self.conn.execute(f"PRAGMA table_info({_quoted(table)})").fetchall()
-        cols = [r[1] for r in info]
+        cols = [r[1] for r in info if r[1] not in INDEX_COLUMNS]
         pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
         return cols, pk
 

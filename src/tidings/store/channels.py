@@ -175,3 +175,20 @@ def get_or_create_topic(tx: Tx, *, id: str, channel_id: str, name: str, created_
 
 def topic(tx: Tx, topic_id: str) -> tuple[Any, ...] | None:
     return tx.one(TOPIC_BY_ID, {"id": topic_id})
+
+
+CHANNEL_IDS_NAMED = Stmt("SELECT id FROM channels WHERE name = :name ORDER BY created_at_ms, id")
+OWNS_AN_AGENT_MEMBER = Stmt(
+    "SELECT 1 FROM channel_members m JOIN accounts a ON a.id = m.account_id "
+    "WHERE m.channel_id = :channel_id AND a.kind = 'agent' AND a.owner_id = :account_id LIMIT 1"
+)
+
+
+def channel_ids_named(tx: Tx, name: str) -> list[str]:
+    """Ids of every channel called ``name`` (names are not unique), oldest first."""
+    return [r[0] for r in tx.all(CHANNEL_IDS_NAMED, {"name": name})]
+
+
+def owns_an_agent_member(tx: Tx, channel_id: str, account_id: str) -> bool:
+    """Whether ``account_id`` owns an agent that is a member of the channel."""
+    return tx.one(OWNS_AN_AGENT_MEMBER, {"channel_id": channel_id, "account_id": account_id}) is not None

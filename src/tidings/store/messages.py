@@ -16,13 +16,14 @@ from .sql import Stmt
 
 MESSAGE_COLUMNS = (
     "m.id, m.seq, m.channel_id, m.channel_seq, m.topic_id, m.author_account_id, m.at_unix_ms, "
-    "m.blocks, m.text, m.client_request_id, m.edited_at_ms, m.deleted_at_ms, m.mentions_routed_at"
+    "m.blocks, m.text, m.client_request_id, m.edited_at_ms, m.deleted_at_ms, m.mentions_routed_at, "
+    "m.occurred_at_ms"
 )
 
 INSERT_MESSAGE = Stmt(
     "INSERT INTO messages (id, channel_id, channel_seq, topic_id, author_account_id, at_unix_ms, "
-    "blocks, text, client_request_id) VALUES (:id, :channel_id, :channel_seq, :topic_id, :author, "
-    ":now, :blocks, :text, :client_request_id) "
+    "blocks, text, client_request_id, occurred_at_ms) VALUES (:id, :channel_id, :channel_seq, :topic_id, "
+    ":author, :now, :blocks, :text, :client_request_id, :occurred_at_ms) "
     "ON CONFLICT (author_account_id, client_request_id) WHERE client_request_id <> '' DO NOTHING "
     "RETURNING seq",
     name="insert_message",
@@ -73,8 +74,10 @@ def insert_message(
     blocks: list[dict[str, Any]],
     text: str,
     client_request_id: str,
+    occurred_at_ms: int | None = None,
 ) -> int | None:
-    """Insert a message; the global ``seq``, or None when the client request id was used."""
+    """Insert a message; the global ``seq``, or None when the client request id was used.
+    ``occurred_at_ms``: the network time of a message posted from a network, else None."""
     return cast("int | None", tx.scalar(
         INSERT_MESSAGE,
         {
@@ -87,6 +90,7 @@ def insert_message(
             "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
             "text": text,
             "client_request_id": client_request_id,
+            "occurred_at_ms": occurred_at_ms,
         },
     ))
 

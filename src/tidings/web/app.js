@@ -21,6 +21,21 @@
     "stale_replays", "reactions_applied", "reactions_removed", "reactions_orphaned", "mutations"];
   const DELIVERY_KEYS = ["live_sessions", "delivered", "steered", "owed_recorded", "owed_cleared", "woken",
     "held", "held_now", "settled", "scan_recovered", "acks"];
+  // Human labels for the status counters; the raw counter name is the label's tooltip.
+  const COUNTER_LABELS = {
+    backlog: "frames waiting", deferred_now: "frames backing off now", appended: "frames received",
+    deduped: "duplicate frames", decoded_events: "events decoded", projected: "frames applied",
+    quarantined: "frames quarantined", deferred: "frames deferred (retry later)",
+    stale_replays: "stale replays ignored", reactions_applied: "reactions added",
+    reactions_removed: "reactions removed", reactions_orphaned: "reactions to unknown messages",
+    mutations: "edits and deletes", live_sessions: "agents connected", delivered: "messages delivered",
+    steered: "mentions steered", owed_recorded: "mentions owed", owed_cleared: "owed mentions acked",
+    woken: "agents woken", held: "agent posts held mid-turn", held_now: "agent posts held now",
+    settled: "held posts sent after the turn", scan_recovered: "messages routed by the recovery scan",
+    acks: "acks", head_seq: "events published", overruns: "subscriber overruns",
+  };
+  // The mention grammar's reserved pings that reach every agent member.
+  const EVERY_AGENT = new Set(["everyone", "agents"]);
 
   const state = {
     token: null,
@@ -32,6 +47,8 @@
     messages: new Map(), // message id -> message, for the selected channel
     lastSeq: 0, // highest seq loaded for the selected channel
     names: new Map(), // account id -> {handle, kind}
+    agentHandles: new Set(), // handles of the open channel's agent members (real mentions)
+    membersOf: null, // the channel whose members were last loaded (else the tick retries)
     isMember: false,
     quarantineSeen: new Map(), // bridge id -> quarantined_total when its list was read
     stream: null,
@@ -238,6 +255,7 @@
     const ch = state.channels.get(state.selected);
     if (changed) await openChannel(state.selected, true);
     else if (ch && ch.head_seq > state.lastSeq) await catchUp(state.selected);
+    if (!changed && state.selected && state.membersOf !== state.selected) await loadMembers(state.selected);
     renderChannels();
     await refreshPanels();
   }
@@ -332,11 +350,13 @@
       state.messages.clear();
       state.lastSeq = Math.max(0, ch.head_seq - PAGE);
       clear($("messages"));
+      state.agentHandles = new Set();
+      state.membersOf = null;
       regroup();
       renderHeader();
       $("composer-note").textContent = "";
     }
-    await Promise.all([catchUp(id), loadMembers(id)]);
+    await Promise.all([catchUp(id), loadMembers(id), loadPins(id)]);
     scrollToBottom(true);
   }
 
@@ -348,16 +368,39 @@
       const myId = state.me && state.me.account ? state.me.account.id : null;
       state.isMember = data.members.some((m) => m.account_id === myId);
       for (const m of data.members) state.names.set(m.account_id, { handle: m.handle, kind: m.kind });
+      state.agentHandles = new Set(data.members.filter((m) => m.kind === "agent").map((m) => m.handle));
+      state.membersOf = id;
       renderNames();
+      renderMentions();
     } catch (err) {
       if (err.status === 401) return;
+      // A lost answer (network, 5xx) is retried by the next tick; only a refusal means
+      // "not a member" for sure.
+      if (!(err.status >= 400 && err.status < 500)) console.warn("members not loaded:", err.message);
       state.isMember = false;
     }
     const composer = $("composer");
     composer.hidden = !state.isMember;
     if (!state.isMember && id === state.selected) {
       $("composer-note").textContent = "Read only: you are not a member of this channel.";
+    } else if (state.isMember) {
+      loadDestinations(id).catch((err) => console.warn("destinations not read:", err.message));
     }
+  }
+
+  // A linked channel's composer says where a post will also go (issue 13).
+  async function loadDestinations(id) {
+    const data = await api(`/api/v1/channels/${encodeURIComponent(id)}/destinations`);
+    if (id !== state.selected || !data.destinations.length) return;
+    const where = data.destinations.map((d) => `${d.platform}: ${d.title || d.conversation_id} (${d.bridge_name})`);
+    $("composer-note").textContent = `Posts here are also sent to ${where.join(", ")}.`;
+  }
+
+  function outboundNode(m) {
+    if (!m.outbound || !m.outbound.length) return null;
+    return el("div", { class: "outbound" }, ...m.outbound.map((o) => el("span",
+      { class: `outbound-state ${o.state}`, title: o.cause || o.remote_id || "" },
+      o.state === "failed" ? `${o.kind} failed: ${o.cause}` : o.state === "sent" ? `${o.kind}: sent` : `${o.kind}: pending`)));
   }
 
   async function loadNames() {
@@ -444,12 +487,31 @@
     return "";
   }
 
+  // A real mention is one the hub routes (delivery/mentions.py): an agent member's handle,
+  // or @everyone / @agents in a channel with agents. Anything else (@nobody, a person) is text.
+  function isRealMention(handle) {
+    const h = handle.toLowerCase();
+    return state.agentHandles.has(h) || (EVERY_AGENT.has(h) && state.agentHandles.size > 0);
+  }
+
+  function markMention(node) {
+    const real = isRealMention(node.dataset.handle);
+    node.classList.toggle("mention", real);
+    node.title = real ? "mentions an agent of this channel" : "";
+  }
+
+  function renderMentions() {
+    for (const node of document.querySelectorAll("#messages .handle-ref")) markMention(node);
+  }
+
   function textWithMentions(text) {
     const frag = document.createDocumentFragment();
     let last = 0;
     for (const match of text.matchAll(MENTION_RE)) {
       if (match.index > last) frag.append(document.createTextNode(text.slice(last, match.index)));
-      frag.append(el("span", { class: "mention" }, match[0]));
+      const node = el("span", { class: "handle-ref", dataset: { handle: match[1] } }, match[0]);
+      markMention(node);
+      frag.append(node);
       last = match.index + match[0].length;
     }
     if (last < text.length) frag.append(document.createTextNode(text.slice(last)));
@@ -465,17 +527,23 @@
     avatar.style.backgroundColor = `hsl(${hue(handle || m.author_account_id)} 55% 46%)`;
     const body = m.deleted
       ? el("div", { class: "text deleted" }, "message deleted")
-      : el("div", { class: "text" }, textWithMentions(m.text || ""));
+      : messageBody(m); // pins and asks: see "pins and ask blocks" below
+    const extras = window.tidingsExtras; // search.js: network time, attachments
+    const shownAt = extras ? extras.shownTime(m) : m.at_unix_ms;
     return el("li", { class: "msg", dataset: { id: m.id, seq: m.seq, author: m.author_account_id, at: m.at_unix_ms } },
       avatar,
       el("div", { class: "msg-main" },
         el("div", { class: "meta" },
           el("span", { class: "author", dataset: { author: m.author_account_id } }, authorLabel(m.author_account_id)),
           el("span", { class: "kind", dataset: { author: m.author_account_id }, hidden: !label }, label),
-          el("time", { class: "at", datetime: new Date(m.at_unix_ms).toISOString(), title: new Date(m.at_unix_ms).toLocaleString() },
-            fmtTime(m.at_unix_ms)),
-          m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null),
-        body));
+          el("time", { class: "at", datetime: new Date(shownAt).toISOString(),
+            title: extras ? extras.timeTitle(m) : new Date(shownAt).toLocaleString(),
+            dataset: m.occurred_at_ms ? { network: m.occurred_at_ms } : null }, fmtTime(shownAt)),
+          m.edited_at_ms ? el("span", { class: "edited", title: new Date(m.edited_at_ms).toLocaleString() }, "(edited)") : null,
+          pinButton(m)),
+        body,
+        extras && !m.deleted ? extras.attachmentsNode(m) : null,
+        outboundNode(m)));
   }
 
   function upsertMessage(m) {
@@ -599,7 +667,7 @@
         el("td", { class: "sub" }, a.owner_handle ? `@${a.owner_handle}` : "—"),
         el("td", null,
           el("span", { class: `state ${a.live ? "live" : "offline"}`, dataset: { state: a.live ? "live" : "offline" } },
-            el("span", { class: "dot", "aria-hidden": "true" }), a.live ? "live" : "offline")),
+            el("span", { class: "dot", "aria-hidden": "true" }), a.live ? (a.node ? `live on ${a.node}` : "live") : "offline")),
         el("td", { class: `num owed${a.owed ? " has-owed" : ""}`, dataset: { owed: a.owed },
           title: "mentions owed to this agent (not yet acked)" }, a.owed)));
     }
@@ -673,7 +741,8 @@
     const section = (title, items) => el("div", { class: "status-section" },
       el("h3", null, title),
       el("dl", { class: "kv" }, items.map(([k, v]) => el("div", { class: `kv-item${v ? " nonzero" : ""}`, dataset: { stat: k } },
-        el("dt", null, k.replace(/_/g, " ")), el("dd", { class: "stat-value" }, v === undefined ? 0 : v)))));
+        el("dt", { title: k }, COUNTER_LABELS[k] || k.replace(/_/g, " ")),
+        el("dd", { class: "stat-value" }, v === undefined ? 0 : v)))));
     const holder = $("status");
     clear(holder);
     holder.append(
@@ -772,6 +841,9 @@
       case "message":
         onMessageEvent(payload);
         break;
+      case "pins":
+        onPinsEvent(payload);
+        break;
       case "resync":
         setConn("live", "live · resynced");
         refresh("full");
@@ -785,7 +857,137 @@
     }
   }
 
+  // -- pins and ask blocks (issue 16) -------------------------------------------------------------
+  // The selected channel's pins sit above its messages; its owner and the admin get a Pin /
+  // Unpin button on each message. An ask block is a small form (a choice per question with
+  // options, else a text field); once answered it shows who answered and what.
+  state.pins = []; // message ids pinned in the selected channel, in position order
+
+  function mayChangePins() {
+    const ch = state.channels.get(state.selected);
+    const myId = state.me && state.me.account ? state.me.account.id : null;
+    return Boolean(ch) && (state.isAdmin || (myId !== null && ch.owner_account_id === myId));
+  }
+
+  async function loadPins(id) {
+    const gen = state.epoch;
+    let data;
+    try {
+      data = await api(`/api/v1/channels/${encodeURIComponent(id)}/pins`);
+    } catch (err) {
+      return;
+    }
+    if (gen !== state.epoch || id !== state.selected) return;
+    renderPins(data.pins);
+  }
+
+  function renderPins(pins) {
+    state.pins = pins.map((p) => p.message_id);
+    const bar = $("pins");
+    clear(bar);
+    bar.hidden = pins.length === 0;
+    for (const p of pins) {
+      const text = p.message.deleted ? "message deleted" : p.message.text;
+      bar.append(el("div", { class: "pin", dataset: { messageId: p.message_id } },
+        el("span", { class: "pin-mark" }, "pinned"),
+        el("span", { class: "pin-text" }, text.length > 140 ? `${text.slice(0, 140)}…` : text)));
+    }
+    for (const m of state.messages.values()) upsertMessage(m); // refresh the Pin / Unpin buttons
+  }
+
+  function onPinsEvent(ev) {
+    if (ev.channel_id === state.selected) loadPins(ev.channel_id);
+  }
+
+  function pinButton(m) {
+    if (m.deleted || !mayChangePins()) return null;
+    const pinned = (state.pins || []).includes(m.id);
+    return el("button", {
+      type: "button", class: "link-button pin-button", dataset: { pin: m.id },
+      onclick: async () => {
+        try {
+          const data = await api(`/api/v1/channels/${encodeURIComponent(m.channel_id)}/pins/${encodeURIComponent(m.id)}`,
+            { method: pinned ? "DELETE" : "POST" });
+          if (m.channel_id === state.selected) renderPins(data.pins);
+        } catch (err) {
+          $("composer-note").textContent = `Not ${pinned ? "unpinned" : "pinned"}: ${err.message}`;
+        }
+      },
+    }, pinned ? "Unpin" : "Pin");
+  }
+
+  function messageBody(m) {
+    const blocks = Array.isArray(m.blocks) ? m.blocks : [];
+    if (!blocks.some((b) => b.kind === "ask")) return el("div", { class: "text" }, textWithMentions(m.text || ""));
+    const body = el("div", { class: "text" });
+    for (const b of blocks) {
+      if (b.kind === "ask") body.append(askNode(m, b.ask));
+      else body.append(el("div", null, textWithMentions(b.text || "")));
+    }
+    return body;
+  }
+
+  function askNode(m, ask) {
+    const card = el("div", { class: "ask", dataset: { askId: ask.ask_id } });
+    if (ask.answered) {
+      for (const q of ask.questions) {
+        card.append(el("div", { class: "ask-q" }, q.text),
+          el("div", { class: "ask-a" }, `→ ${(ask.answers || {})[q.id] || ""}`));
+      }
+      card.append(el("div", { class: "ask-by" },
+        `Answered by ${authorLabel(ask.answered_by)} · ${fmtTime(ask.answered_at_ms)}`));
+      return card;
+    }
+    const myId = state.me && state.me.account ? state.me.account.id : null;
+    const form = el("form", { class: "ask-form" });
+    for (const q of ask.questions) {
+      const name = `ask-${ask.ask_id}-${q.id}`;
+      const row = el("fieldset", { class: "ask-field" }, el("legend", { class: "ask-q" }, q.text));
+      if (Array.isArray(q.options)) {
+        for (const option of q.options) {
+          row.append(el("label", { class: "ask-option" },
+            el("input", { type: "radio", name, value: option, required: true, dataset: { question: q.id } }),
+            ` ${option}`));
+        }
+      } else {
+        row.append(el("input", { type: "text", name, required: true, dataset: { question: q.id }, class: "ask-input" }));
+      }
+      form.append(row);
+    }
+    const note = el("span", { class: "ask-note" });
+    const asker = m.author_account_id === myId;
+    const button = el("button", { type: "submit", class: "ask-submit", disabled: asker || !state.isMember }, "Answer");
+    form.append(el("div", { class: "ask-actions" }, button,
+      asker ? el("span", { class: "ask-note" }, "waiting for an answer") : note));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const answers = {};
+      for (const input of form.querySelectorAll("input[data-question]")) {
+        if ((input.type !== "radio" || input.checked) && input.value.trim()) answers[input.dataset.question] = input.value;
+      }
+      button.disabled = true;
+      try {
+        const data = await api(`/api/v1/messages/${encodeURIComponent(m.id)}/asks/${encodeURIComponent(ask.ask_id)}/answer`,
+          { method: "POST", body: { answers } });
+        upsertMessage(data.message);
+        regroup();
+      } catch (err) {
+        note.textContent = `Not answered: ${err.message}`;
+        button.disabled = false;
+      }
+    });
+    card.append(form);
+    return card;
+  }
+
   // -- wiring -----------------------------------------------------------------------------------
+  // What search.js (search box, attachments, network times) uses of this page.
+  window.tidingsPage = {
+    api, el, clear, fmtTime, selectChannel,
+    token: () => state.token,
+    channelName: (id) => (state.channels.get(id) || {}).name,
+  };
+
   function boot() {
     $("login-form").addEventListener("submit", (event) => {
       event.preventDefault();

@@ -242,6 +242,12 @@ def _attachment(media: Reader) -> dict[str, Any]:
     size = media.integer("size")
     if size is not None:
         out["size"] = size
+    dimensions = media.obj("dimensions")
+    if dimensions is not None:
+        for field in ("width", "height"):
+            value = dimensions.integer(field)
+            if value is not None:
+                out[field] = value
     return out
 
 

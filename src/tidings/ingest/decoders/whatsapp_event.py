@@ -338,6 +338,13 @@ def _attachment(content: Reader) -> dict[str, Any] | None:
         length = sub.integer("fileLength")
         if length is not None:
             out["file_length"] = length
+        caption = sub.text("caption")
+        if caption:
+            out["caption"] = caption
+        for field in ("width", "height"):
+            value = sub.integer(field)
+            if value is not None:
+                out[field] = value
         return out
     return None
 

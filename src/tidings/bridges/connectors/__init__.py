@@ -1,0 +1,1 @@
+"""Connectors: bridge processes that ship with Tidings (signal-cli today)."""

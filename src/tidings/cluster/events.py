@@ -1,0 +1,92 @@
+"""Cluster notifications: compact JSON payloads that carry ids and numbers, never state.
+
+Every payload names its sending node (``n``) and a kind (``k``):
+
+* ``p`` a message was posted: message, channel and author ids, channel seq, global seq
+  (sent with ``pg_notify`` inside the post's own transaction, so it arrives exactly when
+  the row is visible, and never for a rolled-back post);
+* ``s`` a session claimed its agent (``a``, ``x`` = session id): any other node holding a
+  session for that agent ends it with reason ``replaced``;
+* ``e`` a session ended;
+* ``w`` a wake request for the leader (agent ``a``, reason ``r``);
+* ``r`` an author settled (agent ``a``): what other nodes held for it fans out there.
+
+A receiver reads every row it acts on from the store; a notification is only a hint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..hub.events import MessagePosted
+
+POSTED = "p"
+SESSION_CLAIMED = "s"
+SESSION_ENDED = "e"
+WAKE = "w"
+SETTLED = "r"
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePosted(MessagePosted):
+    """A post committed by another node, as its notification told this node."""
+
+    node_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorSettled:
+    """Bus payload (cluster): release what this node holds for ``agent_id``, whose session
+    settled on another node or is gone."""
+
+    agent_id: str
+
+
+def encode_settled(node_id: str, agent_id: str) -> str:
+    return _dump({"k": SETTLED, "n": node_id, "a": agent_id})
+
+
+def encode_posted(node_id: str, event: MessagePosted) -> str:
+    return _dump(
+        {
+            "k": POSTED,
+            "n": node_id,
+            "m": event.message_id,
+            "c": event.channel_id,
+            "a": event.author_id,
+            "cs": event.channel_seq,
+            "s": event.global_seq,
+        }
+    )
+
+
+def encode_session(kind: str, node_id: str, agent_id: str, session_id: str) -> str:
+    return _dump({"k": kind, "n": node_id, "a": agent_id, "x": session_id})
+
+
+def encode_wake(node_id: str, agent_id: str, reason: str) -> str:
+    return _dump({"k": WAKE, "n": node_id, "a": agent_id, "r": reason})
+
+
+def decode(payload: str) -> dict[str, Any] | None:
+    """The payload as a dict with at least ``k`` and ``n`` (strings), or None if it is not
+    one of ours."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("k"), str) or not isinstance(data.get("n"), str):
+        return None
+    return data
+
+
+def posted_from(data: dict[str, Any]) -> RemotePosted:
+    return RemotePosted(
+        str(data["m"]), str(data["c"]), str(data["a"]), int(data["cs"]), int(data["s"]), node_id=data["n"]
+    )
+
+
+def _dump(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"))

@@ -1,0 +1,78 @@
+"""Attachment metadata of bridge messages, and what bridges uploaded (migration 0010).
+
+``attachments``: one row per (bridge message, ordinal), inserted with the message (never
+rewritten: ``ON CONFLICT DO NOTHING``, so a re-delivered frame writes nothing).
+``attachment_uploads``: bytes a bridge uploaded for one of its attachments, by the codec's
+``remote_id`` (an upload that names none is recorded under its own sha256, which is the
+``remote_id`` of an attachment whose codec gave its hash, WhatsApp's). An attachment's
+content address is its own ``sha256`` (known up front for WhatsApp) or, else, its
+bridge's upload of that ``remote_id``, whichever order the frame and the upload came in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .engine import Tx
+from .sql import PerDialect, Stmt
+
+INSERT = Stmt(
+    "INSERT INTO attachments (message_id, ordinal, bridge_id, name, content_type, size_bytes, width, height, "
+    "caption, remote_id, sha256) VALUES (:message_id, :ordinal, :bridge_id, :name, :content_type, :size_bytes, "
+    ":width, :height, :caption, :remote_id, :sha256) ON CONFLICT DO NOTHING",
+    name="attachments.insert",
+)
+_COLUMNS = (
+    "a.message_id, a.ordinal, a.bridge_id, a.name, a.content_type, a.size_bytes, a.width, a.height, a.caption, "
+    "a.remote_id, COALESCE(a.sha256, u.sha256) AS sha256, "
+    "CASE WHEN u.sha256 IS NOT NULL AND (a.sha256 IS NULL OR a.sha256 = u.sha256) THEN 1 ELSE 0 END AS uploaded"
+)
+_FROM = (
+    "FROM attachments a LEFT JOIN attachment_uploads u "
+    "ON u.bridge_id = a.bridge_id AND u.remote_id = a.remote_id AND a.remote_id <> '' "
+)
+OF_MESSAGES = PerDialect(
+    name="attachments.of_messages",
+    sqlite=f"SELECT {_COLUMNS} {_FROM}WHERE a.message_id IN (SELECT value FROM json_each(:ids)) "
+    "ORDER BY a.message_id, a.ordinal",
+    postgresql=f"SELECT {_COLUMNS} {_FROM}WHERE a.message_id = ANY(CAST(:ids AS text[])) "
+    "ORDER BY a.message_id, a.ordinal",
+)
+ONE = Stmt(f"SELECT {_COLUMNS} {_FROM}WHERE a.message_id = :message_id AND a.ordinal = :ordinal",
+           name="attachments.one")
+UPSERT_UPLOAD = Stmt(
+    "INSERT INTO attachment_uploads (bridge_id, remote_id, sha256, size_bytes, uploaded_at_ms) "
+    "VALUES (:bridge_id, :remote_id, :sha256, :size_bytes, :now) ON CONFLICT (bridge_id, remote_id) DO UPDATE "
+    "SET sha256 = excluded.sha256, size_bytes = excluded.size_bytes, uploaded_at_ms = excluded.uploaded_at_ms "
+    "WHERE attachment_uploads.sha256 <> excluded.sha256",
+    name="attachments.upsert_upload",
+)
+
+
+def insert_all(tx: Tx, message_id: str, bridge_id: str, metas: list[dict[str, Any]]) -> int:
+    """Insert a new message's attachments (ordinal = position); the number written."""
+    written = 0
+    for ordinal, meta in enumerate(metas):
+        written += tx.rowcount(INSERT, {"message_id": message_id, "ordinal": ordinal, "bridge_id": bridge_id, **meta})
+    return written
+
+
+def of_messages(tx: Tx, message_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """``{bridge message id: [attachment rows by ordinal]}`` of those that have any."""
+    if not message_ids:
+        return {}
+    ids: Any = json.dumps(message_ids) if tx.dialect == "sqlite" else list(message_ids)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in tx.mappings(OF_MESSAGES, {"ids": ids}):
+        out.setdefault(row["message_id"], []).append(row)
+    return out
+
+
+def one(tx: Tx, message_id: str, ordinal: int) -> dict[str, Any] | None:
+    return tx.mapping(ONE, {"message_id": message_id, "ordinal": ordinal})
+
+
+def record_upload(tx: Tx, *, bridge_id: str, remote_id: str, sha256: str, size_bytes: int, now: int) -> None:
+    tx.execute(UPSERT_UPLOAD, {"bridge_id": bridge_id, "remote_id": remote_id, "sha256": sha256,
+                               "size_bytes": size_bytes, "now": now})
