@@ -350,7 +350,7 @@ class Bus:
         """Overrun every current subscriber now (lagged, closed, dropped), as if each had
         missed an event: used when events from outside this process may have been lost (a
         cluster node's LISTEN connection broke). Returns how many were overrun."""
-        wake: list = []
+        wake: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         with self._lock:
             subs = list(self._subs)
             self._subs.clear()

@@ -20,10 +20,13 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -49,11 +52,11 @@ def dispatched(message: dict[str, Any]) -> None:
         POST_TO_DISPATCH.observe(max(0.0, time.time() - at / 1000.0))
 
 
-def timed_frame_apply(fn: Callable[..., Any]) -> Callable[..., Any]:
+def timed_frame_apply(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap the one "apply one frame" function: its duration goes to ``FRAME_APPLY``."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         started = time.perf_counter()
         try:
             return fn(*args, **kwargs)

@@ -18,7 +18,7 @@ paths reach it; a new session gets every answer still owed, once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import structlog
 
@@ -32,6 +32,7 @@ from ..store import delivery as delivery_store
 from .link import Link
 from .routing import catch_up
 from .sessions import OFFER_CLOSED, OFFER_FULL, OFFER_OK, Offer, Session
+from .wakers import WakeRequests
 
 log = structlog.get_logger("tidings.delivery")
 
@@ -54,7 +55,7 @@ class AnswerDispatch:
 
     @property
     def message_id(self) -> str:
-        return self.message["id"]
+        return str(self.message["id"])
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -67,12 +68,6 @@ class AnswerDispatch:
             "answers": self.answers,
             "message": self.message,
         }
-
-
-class WakeRequests(Protocol):
-    """Where the consumer's wake requests go (the dispatcher, or the cluster's leader)."""
-
-    def request(self, agent_id: str, wake_json: str | None, reason: str) -> None: ...
 
 
 def _sent(session: Session) -> set[tuple[str, str]]:

@@ -103,7 +103,7 @@ from ..faults import Faults
 from ..hub.events import AskAnswered, MessagePosted, PinsChanged
 from ..store import sessions as sessions_store
 from ..store.engine import Store
-from .asks import Answers, WakeRequests
+from .asks import Answers
 from .link import Link
 from .options import ConsumerOptions
 from .pins import Pins
@@ -112,7 +112,7 @@ from .scan import SCAN_READ_FAULT, Scanner
 from .sessions import PHASE_CURSOR, EdgeKind, Session
 from .sweeps import Sweeper
 from .unit import FLUSH_FAULT, Flusher, Unit
-from .wakers import WakeDispatcher
+from .wakers import WakeDispatcher, WakeRequests
 
 log = structlog.get_logger("tidings.delivery")
 

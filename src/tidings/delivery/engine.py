@@ -200,7 +200,8 @@ class Delivery:
     def connect(self, agent_id: str) -> Session:
         """Open a session for an agent (replacing its live one); the consumer sweeps it."""
         if self.cluster is not None:
-            return self.cluster.connect(self.registry, agent_id)
+            session: Session = self.cluster.connect(self.registry, agent_id)
+            return session
         return self.registry.connect(agent_id)
 
     def disconnect(self, session: Session, reason: str = "closed") -> bool:
@@ -219,9 +220,9 @@ class Delivery:
 
     def ack(self, agent_id: str, message_id: Any, ask_id: Any = None) -> dict[str, Any]:
         if ask_id is not None:  # an owed answer (hub/asks.py), not a message
-            result = asks_hub.ack_answer(self.store, agent_id, message_id, ask_id)
-            self.counters.incr("answers_acked", int(result["answer_cleared"]))
-            return result
+            answer = asks_hub.ack_answer(self.store, agent_id, message_id, ask_id)
+            self.counters.incr("answers_acked", int(answer["answer_cleared"]))
+            return answer
         if not isinstance(message_id, str) or not message_id:
             raise BadRequest("message_id (a string) is required", code="bad_message_id")
         with self.store.write() as tx:

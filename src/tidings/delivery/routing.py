@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from .. import metrics
+from ..cluster.events import RemotePosted
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.channels import public_message
@@ -129,7 +130,7 @@ class Router:
             return
         row, members = self.read_message(event.message_id, reads)
         if row is not None:
-            if cluster is not None and getattr(event, "node_id", ""):
+            if cluster is not None and isinstance(event, RemotePosted) and event.node_id:
                 self.fan_out_here_only(row, members)  # another node posted it: it routes
             else:
                 self.fan_out(row, members)

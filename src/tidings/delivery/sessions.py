@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ..ids import new_id
 
@@ -119,6 +119,19 @@ def _expire(waiter: asyncio.Future[Any]) -> None:
         waiter.set_result(False)
 
 
+class Queued(Protocol):
+    """What a session's queue holds: a ``Dispatch``, a pin notice (``pins.PinNotice``) or
+    an answer (``asks.AnswerDispatch``); the stream writes ``payload()`` as event ``kind``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def message_id(self) -> str: ...
+
+    def payload(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Dispatch:
     """One ``deliver`` or ``steer`` of a message to a session."""
@@ -190,7 +203,7 @@ class Session:
         self._on_refill = on_refill
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._items: deque[Dispatch] = deque()
+        self._items: deque[Queued] = deque()
         self._end: SessionEnd | None = None
         self._end_taken = False
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
@@ -218,7 +231,7 @@ class Session:
             return len(self._items)
 
     # -- producer side (the consumer thread) ------------------------------------------------
-    def offer(self, item: Dispatch) -> Offer:
+    def offer(self, item: Queued) -> Offer:
         """Queue ``item`` unless the session is closed or full; never blocks."""
         with self._lock:
             if self._end is not None:
@@ -269,7 +282,7 @@ class Session:
                 pass
 
     # -- consumer side (the reader) --------------------------------------------------------
-    def _take_locked(self) -> tuple[Dispatch | SessionEnd | None, bool]:
+    def _take_locked(self) -> tuple[Queued | SessionEnd | None, bool]:
         if self._items:
             item = self._items.popleft()
             refill = self._refill_wanted and len(self._items) <= self.low_water
@@ -285,13 +298,13 @@ class Session:
         if refill and self._on_refill is not None:
             self._on_refill(self)
 
-    def get_nowait(self) -> Dispatch | SessionEnd | None:
+    def get_nowait(self) -> Queued | SessionEnd | None:
         with self._lock:
             item, refill = self._take_locked()
         self._after_take(refill)
         return item
 
-    def get(self, timeout: float | None = None) -> Dispatch | SessionEnd | None:
+    def get(self, timeout: float | None = None) -> Queued | SessionEnd | None:
         """Blocking take for threads: the next item, or None when the timeout ran out (or
         the end was already taken)."""
         with self._lock:
@@ -302,7 +315,7 @@ class Session:
         self._after_take(refill)
         return item
 
-    async def next(self, timeout: float | None) -> Dispatch | SessionEnd | None:
+    async def next(self, timeout: float | None) -> Queued | SessionEnd | None:
         """The next item for an asyncio reader; None when ``timeout`` passes first (the
         caller sends a keep-alive) or the end was already taken."""
         loop = asyncio.get_running_loop()
@@ -330,9 +343,9 @@ class Session:
             return None
         return self.get_nowait()
 
-    def drain(self) -> list[Dispatch | SessionEnd]:
+    def drain(self) -> list[Queued | SessionEnd]:
         """Everything queued right now (tests and synchronous readers)."""
-        out: list[Dispatch | SessionEnd] = []
+        out: list[Queued | SessionEnd] = []
         while (item := self.get_nowait()) is not None:
             out.append(item)
         return out

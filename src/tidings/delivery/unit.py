@@ -22,7 +22,7 @@ from ..faults import Faults
 from ..store import owed as owed_store
 from ..store.sweep import ChannelAgent
 from .link import Link
-from .wakers import WakeDispatcher
+from .wakers import WakeRequests
 
 log = structlog.get_logger("tidings.delivery")
 
@@ -72,7 +72,7 @@ class Flusher:
         clock: Clock,
         faults: Faults,
         counters: Counters,
-        wakers: WakeDispatcher,
+        wakers: WakeRequests,
         on_owed_recorded: Callable[[], None],
     ) -> None:
         self.link = link

@@ -93,6 +93,13 @@ class SystemWaker:
                 self._http = None
 
 
+class WakeRequests(Protocol):
+    """Where the consumer's wake requests go: the ``WakeDispatcher``, or (cluster) the
+    leader's through ``engine._LeaderWakes``."""
+
+    def request(self, agent_id: str, wake_json: str | None, reason: str) -> object: ...
+
+
 class WakeDispatcher:
     """Coalesces wake requests per agent and runs them on worker threads (or ``run_pending``
     in synchronous mode)."""

@@ -12,11 +12,13 @@ unprocessed and the next walk on any node applies it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..store import inbox as inbox_store
 from ..store.engine import Tx
 
 
-def claim_frame(tx: Tx, inbox_id: str, row: tuple) -> tuple | None:
+def claim_frame(tx: Tx, inbox_id: str, row: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """Take the frame's bridge lock inside ``tx``; the frame's row if still unprocessed."""
     inbox_store.lock_bridge_appends(tx, row[0])
     return inbox_store.load_unprocessed(tx, inbox_id)

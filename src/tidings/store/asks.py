@@ -61,6 +61,12 @@ def _decode(row: dict[str, Any] | None) -> dict[str, Any] | None:
     return row
 
 
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(row.get("answers"), str):
+        row["answers"] = json.loads(row["answers"])
+    return row
+
+
 def lock_message(tx: Tx, message_id: str) -> None:
     """Serialise answers to one message (its ``blocks`` are rewritten by each answer)."""
     tx.one(LOCK_MESSAGE, {"message_id": message_id})
@@ -102,12 +108,12 @@ def answer(tx: Tx, message_id: str, ask_id: str) -> dict[str, Any] | None:
 
 def owed_answers(tx: Tx, agent_id: str, limit: int) -> list[dict[str, Any]]:
     """The agent's unacked answers, oldest first."""
-    return [_decode(r) for r in tx.mappings(OWED_ANSWERS, {"agent_id": agent_id, "limit": limit})]
+    return [_decoded(r) for r in tx.mappings(OWED_ANSWERS, {"agent_id": agent_id, "limit": limit})]
 
 
 def undispatched(tx: Tx, limit: int) -> list[dict[str, Any]]:
     """Answers no consumer has dispatched yet, oldest first (the recovery scan's read)."""
-    return [_decode(r) for r in tx.mappings(UNDISPATCHED, {"limit": limit})]
+    return [_decoded(r) for r in tx.mappings(UNDISPATCHED, {"limit": limit})]
 
 
 def mark_dispatched(tx: Tx, message_id: str, ask_id: str, now: int) -> bool:

@@ -164,7 +164,7 @@ def set_body(tx: Tx, item_id: str, body: str, now: int) -> bool:
     return tx.rowcount(SET_BODY, {"id": item_id, "body": body, "now": now}) == 1
 
 
-def echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str) -> list[tuple]:
+def echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str) -> list[tuple[Any, ...]]:
     return tx.all(ECHO_CANDIDATES, {"bridge_id": bridge_id, "conversation_id": conversation_id,
                                     "remote_id": remote_id})
 

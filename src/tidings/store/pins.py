@@ -69,14 +69,21 @@ def is_pinned(tx: Tx, channel_id: str, message_id: str) -> bool:
 
 def add_pin(tx: Tx, channel_id: str, message_id: str, by: str, now: int) -> tuple[int, int]:
     """Insert a pin at the next position; returns (its position, pins before it)."""
-    position, count = tx.one(NEXT_POSITION, {"channel_id": channel_id})
+    position, count = _next_position(tx, channel_id)
     tx.execute(INSERT_PIN, {"channel_id": channel_id, "message_id": message_id, "position": int(position),
                             "now": now, "by": by})
     return int(position), int(count)
 
 
 def count_pins(tx: Tx, channel_id: str) -> int:
-    return int(tx.one(NEXT_POSITION, {"channel_id": channel_id})[1])
+    return int(_next_position(tx, channel_id)[1])
+
+
+def _next_position(tx: Tx, channel_id: str) -> tuple[Any, ...]:
+    """``(next position, pin count)``: an aggregate, so always one row."""
+    row = tx.one(NEXT_POSITION, {"channel_id": channel_id})
+    assert row is not None
+    return row
 
 
 def remove_pin(tx: Tx, channel_id: str, message_id: str) -> bool:

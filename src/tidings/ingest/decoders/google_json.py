@@ -245,9 +245,9 @@ def _attachment(media: Reader) -> dict[str, Any]:
     dimensions = media.obj("dimensions")
     if dimensions is not None:
         for field in ("width", "height"):
-            value = dimensions.integer(field)
-            if value is not None:
-                out[field] = value
+            dimension = dimensions.integer(field)
+            if dimension is not None:
+                out[field] = dimension
     return out
 
 

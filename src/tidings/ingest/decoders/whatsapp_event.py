@@ -342,9 +342,9 @@ def _attachment(content: Reader) -> dict[str, Any] | None:
         if caption:
             out["caption"] = caption
         for field in ("width", "height"):
-            value = sub.integer(field)
-            if value is not None:
-                out[field] = value
+            dimension = sub.integer(field)
+            if dimension is not None:
+                out[field] = dimension
         return out
     return None
 
