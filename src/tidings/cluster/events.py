@@ -18,15 +18,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ..hub.events import MessagePosted
 
-POSTED = "p"
-SESSION_CLAIMED = "s"
-SESSION_ENDED = "e"
-WAKE = "w"
-SETTLED = "r"
+
+class Kind(StrEnum):
+    """The ``k`` of a cluster notification (one letter: the payload crosses NOTIFY)."""
+
+    POSTED = "p"
+    SESSION_CLAIMED = "s"
+    SESSION_ENDED = "e"
+    WAKE = "w"
+    SETTLED = "r"
+
+
+POSTED = Kind.POSTED
+SESSION_CLAIMED = Kind.SESSION_CLAIMED
+SESSION_ENDED = Kind.SESSION_ENDED
+WAKE = Kind.WAKE
+SETTLED = Kind.SETTLED
 
 
 @dataclass(frozen=True, slots=True)
