@@ -136,7 +136,7 @@ def _load(url: str, texts: list[str]) -> dict[str, Any]:
 
 
 def _measure(url: str, searcher: str, bands: dict[str, list[str]], queries: int, seed: int = 11) -> dict[str, Any]:
-    from tidings.mcp import queries as like_queries
+    from tidings.store import like_search as like_queries
     from tidings.store import search as search_store
     from tidings.store.engine import Store
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidings.bridges.registry import create_bridge
 from tidings.hub.tokens import Principal
-from tidings.ingest.bridges import create_bridge
 from tidings.store import messages as messages_store
 
 GROUP = "q2Vn0aRZ8f0yX8Tt6cJmK1x4Wn9bYl3eQvPzA5oHs7c="

@@ -192,8 +192,8 @@ def test_a_bad_answer_is_a_400_and_leaves_the_ask_open(client, scene, answers, c
 
 
 def test_the_page_stream_turns_a_pin_change_into_a_pins_event_for_members_only(client, scene, runtime):
-    from tidings.api.web import visible_events
     from tidings.bus import Stamped
+    from tidings.hub.channels import visible_events
     from tidings.hub.tokens import authenticate
 
     s = scene

@@ -281,7 +281,7 @@ def bridges_create(
     url: str | None = UrlOpt, token: str | None = TokenOpt, db: str | None = DbOpt,
 ) -> None:
     """Create a bridge; prints it with its token (shown once)."""
-    from .ingest import bridges as bridges_hub
+    from .bridges import registry as bridges_hub
 
     body = {"platform": platform, "name": name, **({"owner": owner} if owner else {})}
     _run(url, token, db, lambda h: h.call("POST", "/api/v1/bridges", body),
@@ -291,7 +291,7 @@ def bridges_create(
 @bridges_app.command("list")
 def bridges_list(url: str | None = UrlOpt, token: str | None = TokenOpt, db: str | None = DbOpt) -> None:
     """List every bridge with its backlog and quarantined count."""
-    from .ingest import bridges as bridges_hub
+    from .bridges import registry as bridges_hub
 
     _run(url, token, db, lambda h: h.call("GET", "/api/v1/bridges"),
          lambda h: {"bridges": bridges_hub.list_bridges(h.store, h.admin)})

@@ -14,8 +14,8 @@ from delivery_world import World
 from bridgekit import SELF, channel_texts, signal_envelope, signal_frame, sync_sent_envelope
 from tidings.bridges import echo
 from tidings.bridges import outbox as outbox_hub
+from tidings.bridges.registry import create_bridge
 from tidings.hub.tokens import Principal
-from tidings.ingest.bridges import create_bridge
 
 FIXTURES = Path(__file__).parent.parent / "ingest" / "fixtures"
 

@@ -8,8 +8,8 @@ from delivery_world import World
 
 from bridgekit import MOM, link_signal_family, signal_envelope, signal_frame
 from tidings.bridges import outbox as outbox_hub
+from tidings.bridges.registry import create_bridge
 from tidings.hub.tokens import Principal
-from tidings.ingest.bridges import create_bridge
 from tidings.store import outbox as outbox_store
 
 

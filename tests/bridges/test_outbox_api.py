@@ -10,8 +10,8 @@ import pytest
 
 from bridgekit import link_signal_family
 from helpers import auth
+from tidings.bridges.registry import create_bridge
 from tidings.hub import accounts as accounts_hub
-from tidings.ingest.bridges import create_bridge
 
 
 @pytest.fixture

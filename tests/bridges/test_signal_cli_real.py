@@ -16,7 +16,7 @@ import pytest
 from live import LiveServer
 from tidings.api import create_app
 from tidings.bridges.connectors.signal import Options, RpcError, SignalConnector, classify
-from tidings.ingest.bridges import create_bridge
+from tidings.bridges.registry import create_bridge
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT = "+14155550100"

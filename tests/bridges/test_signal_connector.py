@@ -16,8 +16,8 @@ from signal_daemon import FakeSignalDaemon, fixture_notifications
 from tidings.api import create_app
 from tidings.bridges import outbox as outbox_hub
 from tidings.bridges.connectors.signal import Options, RpcError, SignalConnector, classify, request_for
+from tidings.bridges.registry import create_bridge
 from tidings.hub.tokens import Principal
-from tidings.ingest.bridges import create_bridge
 
 ACCOUNT = "+14155550100"
 
