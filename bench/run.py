@@ -390,10 +390,16 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"×{ing['ratios']['ours_over_naive']}", target, met)
         add("1 ingest", "frames/s", backend, fps, "raw executemany", raw["frames_per_s"],
             f"×{ing['ratios']['ours_over_raw']}", target if not naive else "", met if not naive else None)
+        if "round_trips_per_frame" in ours:
+            add("1 ingest", "round trips/frame", backend, ours["round_trips_per_frame"], "statements/frame",
+                ours["statements_per_frame"], digits=2)
         batched = ing.get("ours_batched")
         if batched:
             add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,
                 batched["frames_per_s"], "ours, 1 a request", fps, f"×{ing['ratios']['batched_over_ours']}")
+            if "round_trips_per_frame" in batched:
+                add("1 ingest", f"round trips/frame, {batched['frames_per_request']} a request", backend,
+                    batched["round_trips_per_frame"], "statements/frame", batched["statements_per_frame"], digits=2)
         cpf = ours["commits_per_frame"]
         add("1 ingest", "commits/frame", backend, cpf, "naive per-frame" if naive else "raw (1 tx)",
             naive["commits_per_frame"] if naive else raw["commits_per_frame"],

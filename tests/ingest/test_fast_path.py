@@ -237,14 +237,23 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
         return real(tx, stmt, params)
 
     monkeypatch.setattr(Tx, "execute", counting)
+    before = store.meter.snapshot()
     ingest.append_body(bridge, signal_body(1), "signal")
+    after = store.meter.snapshot()
     # held-up read, inbox insert, then the projection: recency bump, sender read, message insert,
-    # roster ensure; PostgreSQL adds the bridge's append lock.
-    assert [n for n in names if n != "inbox.lock_bridge_appends"] == [
+    # roster ensure. PostgreSQL also takes the bridge's append lock, deferred (Tx.defer).
+    assert names == [
         "inbox.older_unprocessed", "inbox.insert_frame", "conversations.mint_or_bump", "identities.by_key",
         "bridge_messages.insert", "participants.ensure",
     ]
-    assert len(names) == (7 if store.dialect == "postgresql" else 6)
+    sent = {k: after[k] - before[k] for k in after}
+    if store.dialect == "postgresql":
+        # BEGIN + lock ride with the held-up read, SAVEPOINT with the inbox insert; the
+        # RELEASE waits and is dropped at COMMIT: 6 round trips for the statements, 1 commit.
+        assert sent == {"statements": 10, "round_trips": 7, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, the six, SAVEPOINT, RELEASE, COMMIT: each one call.
+        assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 

@@ -187,9 +187,10 @@ def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str
 
 
 def lock_bridge_appends(tx: Tx, bridge_id: str) -> None:
-    """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends."""
+    """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends. Deferred
+    (``Tx.defer``): taken in the round trip of the transaction's next statement, before it."""
     if tx.dialect == "postgresql":
-        tx.all(LOCK_BRIDGE_APPENDS, {"bridge_id": bridge_id})
+        tx.defer(LOCK_BRIDGE_APPENDS, {"bridge_id": bridge_id})
 
 
 def mark_applied(tx: Tx, inbox_id: str, now: int) -> bool:
