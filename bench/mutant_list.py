@@ -132,8 +132,8 @@ add("refresh.never_touches", PROJ_SRC,
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="the reference's 'touchedAtMS = 0': the projection never asks for the roster touch")
 add("roster.every_sender_joins", PROJ_SRC,
-    "            if sender_roster and incoming and not sender[3]:",
-    "            if sender_roster:",
+    "            ensure = sender_roster and incoming and not sender[3]\n",
+    "            ensure = sender_roster\n",
     t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
     why="our own outgoing messages put us on every Signal/WhatsApp roster")
 

@@ -564,8 +564,9 @@ class Worker:
         ``FrameRejected`` (or any deterministic error) to quarantine, a transient database
         error to retry, ``_Gone`` when someone else finished the frame first.
         """
-        if row is None:
-            row = inbox_store.load_unprocessed(tx, inbox_id)
+        claimed = row is None
+        if claimed:  # load it and mark it applied in one statement (rolled back on failure)
+            row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
@@ -601,7 +602,7 @@ class Worker:
             on_message=self.on_message,
         )
         self._project(tx, ctx, events)  # type: ignore[misc]
-        if mark and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
+        if mark and not claimed and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
             raise _Gone()
         return APPLIED, staged
 

@@ -213,6 +213,16 @@ class Tx:
         caller's promise; under READ COMMITTED each statement sees what was committed when
         it started, so an earlier start is what a concurrent commit may change anyway).
         SQLite: nothing (a statement there costs no round trip)."""
+        self._queue_ahead(stmt, params)
+
+    def send_ahead(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
+        """``read_ahead`` for a write the caller runs next for certain (unless an error
+        ends the unit first, which takes the write back with it), whose parameters are
+        known already and which no statement sent before it may change. PostgreSQL: sent
+        in the round trip of the next statement, possibly before it."""
+        self._queue_ahead(stmt, params)
+
+    def _queue_ahead(self, stmt: Stmt, params: dict[str, Any] | None) -> None:
         if self.dialect != "postgresql":
             return
         key = _ahead_key(stmt, params)
