@@ -598,3 +598,10 @@ add("batch.request_out_of_receipt_order", INGEST_INBOX_SRC,
     "    for frame in frames[::-1]:\n        inbox_id = mint(now_ms)",
     t(BATCH_EQ, "test_a_corpus_applied_in_batches_of_any_size_leaves_the_store_it_leaves_one_frame_at_a_time"),
     why="a batch request's frames are stored and applied last first: the store differs from one frame a request")
+add("batch.speculative_order_check_ignored", WORKER_SRC,
+    "                    if held_up is not None and held_up():\n                        raise _HeldUp()\n",
+    "                    if held_up is not None:\n                        held_up()\n",
+    t(APPEND, "test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge"),
+    backend="postgres",
+    why="PostgreSQL's speculative apply on append reads the order check but keeps the frame applied: "
+        "a new frame applies before an older unprocessed one of its bridge")

@@ -200,6 +200,12 @@ def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str
     return [r[0] for r in tx.all(OLDER_UNPROCESSED, params)]
 
 
+def read_ahead_older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> None:
+    """Announce an ``older_unprocessed`` call with these arguments (``Tx.read_ahead``)."""
+    params = {"bridge_id": bridge_id, "received_at_ms": received_at_ms, "inbox_id": inbox_id, "limit": limit}
+    tx.read_ahead(OLDER_UNPROCESSED, params)
+
+
 def lock_bridge_appends(tx: Tx, bridge_id: str) -> None:
     """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends. Deferred
     (``Tx.defer``): taken in the round trip of the transaction's next statement, before it."""
