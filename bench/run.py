@@ -269,7 +269,8 @@ def _fanout(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> d
             r = entry[str(agents)]
             reporter.note(
                 f"fan-out [{backend}] {agents} agents: {r['messages_per_s']:,.0f} msgs/s, "
-                f"{r['dispatches_per_s']:,.0f} dispatches/s, complete {r['complete']}"
+                f"{r['dispatches_per_s']:,.0f} dispatches/s, {r['round_trips_per_message']:.2f} round trips/msg, "
+                f"complete {r['complete']}"
             )
         out[backend] = entry
     return out
@@ -434,6 +435,9 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("3 fan-out", f"msgs/s into {agents} queues", backend, r["messages_per_s"], "0 agents (post+consume)",
                 base, f"×{_ratio(r['messages_per_s'], base)}", "", None)
             add("3 fan-out", f"dispatches/s, {agents} agents", backend, r["dispatches_per_s"], "", None, "", "", None)
+            if "round_trips_per_message" in r:
+                add("3 fan-out", f"round trips/message, {agents} agents", backend, r["round_trips_per_message"],
+                    "statements/message", r["statements_per_message"], digits=2)
     for backend in ("sqlite", "postgresql"):
         rec = results.get("recovery", {}).get(backend)
         if not rec:
