@@ -473,6 +473,10 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     f"÷{part['ratios']['naive_over_ours']}", target, met, digits=3)
             add("5 stuck backlog", label, backend, ms, "no frame stuck", part["no_stuck"]["later_frame_drain_ms_avg"],
                 f"×{part['ratios']['ours_over_no_stuck']}", "" if naive else target, None if naive else met, digits=3)
+            if "later_frame_round_trips_avg" in ours:
+                add("5 stuck backlog", f"round trips/later frame, {where}", backend,
+                    ours["later_frame_round_trips_avg"], "no frame stuck",
+                    part["no_stuck"].get("later_frame_round_trips_avg"), "", "", None, digits=2)
             add("5 stuck backlog", f"retry sleeps asked, ms/later frame, {where}", backend,
                 ours["later_frame_requested_sleep_ms_avg"], "naive (before)" if naive else "",
                 naive["later_frame_requested_sleep_ms_avg"] if naive else None, "", "", None, digits=3)
