@@ -158,6 +158,8 @@ def other_url(backend_url, tmp_path):
             admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # two replays an example; the machine may be shared
 def test_a_corpus_applied_in_batches_of_any_size_leaves_the_store_it_leaves_one_frame_at_a_time(
     backend_url, other_url
 ):
@@ -165,7 +167,7 @@ def test_a_corpus_applied_in_batches_of_any_size_leaves_the_store_it_leaves_one_
     assert len(frames) > FRAMES // 2
     run(backend_url, frames, None)  # the reference: one frame a request
 
-    @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+    @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
               phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: each example is two replays
     @example(sizes=[40, 40, 40], drain=False, group=1)
     @example(sizes=[7], drain=True, group=12)
