@@ -85,6 +85,7 @@ GONE = "gone"  # processed elsewhere between listing and loading (or in between 
 SKIPPED = "skipped"  # deferred and not due yet: not loaded, not decoded
 LEFT = "left"  # apply on append failed transiently: left unprocessed for the worker
 DUPLICATE = "duplicate"  # apply on append: the dedupe key was already stored
+HELD = "held"  # apply on append: an older frame of the bridge must go first; stored unprocessed
 
 Decode = Callable[[str, int, Any], list]
 Project = Callable[[Tx, Any, list], bool]
@@ -104,6 +105,10 @@ class _Gone(Exception):
 
 class _Unavailable(Exception):
     """The projection module is not part of this build: leave every frame unprocessed."""
+
+
+class _HeldUp(Exception):
+    """Apply on append found, after its speculative insert, that the frame must wait."""
 
 
 class _AttemptFailed(Exception):
@@ -570,8 +575,9 @@ class Worker:
         ``FrameRejected`` (or any deterministic error) to quarantine, a transient database
         error to retry, ``_Gone`` when someone else finished the frame first.
         """
-        if row is None:
-            row = inbox_store.load_unprocessed(tx, inbox_id)
+        claimed = row is None
+        if claimed:  # load it and mark it applied in one statement (rolled back on failure)
+            row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
             if self.across_nodes:  # cluster: drains of one bridge on several nodes, one frame at a time
@@ -611,7 +617,7 @@ class Worker:
             on_message=self.on_message,
         )
         self._project(tx, ctx, events)  # type: ignore[misc]
-        if mark and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
+        if mark and not claimed and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
             raise _Gone()
         return APPLIED, staged
 
@@ -694,7 +700,14 @@ class Worker:
         now = self.clock.now_ms()
         return not all(retries.waiting(i, now) for i in older)
 
-    def insert_applied(self, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int) -> str:
+    def read_ahead_held_up(self, tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str) -> None:
+        """Announce ``held_up``'s read (``Tx.read_ahead``); it then costs no round trip of its own."""
+        inbox_store.read_ahead_older_unprocessed(tx, bridge_id, received_at_ms, inbox_id, len(self.retries) + 1)
+
+    def insert_applied(
+        self, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int,
+        held_up: Callable[[], bool] | None = None,
+    ) -> str:
         """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
 
         The inbox row is written once, already carrying its outcome: ``APPLIED`` (the
@@ -705,6 +718,10 @@ class Worker:
         the bridge's dedupe key is already stored; nothing was written. Safe on any thread:
         it touches no per-frame state of the worker. An error that breaks ``tx`` itself
         propagates; the caller's transaction is then lost.
+
+        ``held_up`` (PostgreSQL's apply on append): asked right after the insert, inside the
+        savepoint; True rolls the savepoint back and stores the row unprocessed (``HELD``).
+        So the order check's read rides in the insert's round trip (``AppendApplier``).
         """
         row = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
         try:
@@ -718,6 +735,8 @@ class Worker:
                 try:
                     if not self._insert(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
                         return DUPLICATE
+                    if held_up is not None and held_up():
+                        raise _HeldUp()
                     _outcome, staged = self._apply(
                         tx, inbox_id, att, row, mark=False, doc=getattr(frame, "doc", None)
                     )
@@ -727,6 +746,9 @@ class Worker:
             # The savepoint was rolled back cleanly (had that failed too, its own error would
             # have propagated instead): ``tx`` is as it was before this frame.
             exc = failed.exc
+            if isinstance(exc, _HeldUp):
+                self._insert(tx, inbox_id, row, frame)
+                return HELD
             if is_transient(exc):
                 log.info(
                     "transient error applying a frame on append; the worker retries it",
@@ -846,6 +868,21 @@ class AppendApplier:
 
     def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
         """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
+        if self.applying is None and tx.dialect == "postgresql":
+            # Speculate: insert it applied, with the order check's read in the same round
+            # trip, and take it back if it turns out held up (rare).
+            worker, bridge_id, received_at_ms = self.worker, self.bridge_id, self.received_at_ms
+            worker.read_ahead_held_up(tx, bridge_id, received_at_ms, inbox_id)
+            outcome = worker.insert_applied(
+                tx, inbox_id, bridge_id, frame, received_at_ms,
+                held_up=lambda: worker.held_up(tx, bridge_id, received_at_ms, inbox_id),
+            )
+            if outcome == DUPLICATE:
+                return False  # not decided yet: the next new frame asks again
+            self.applying = outcome not in (HELD, LEFT)
+            if not self.applying:
+                self.left += 1
+            return True
         if self.applying is None:
             self.applying = not self.worker.held_up(tx, self.bridge_id, self.received_at_ms, inbox_id)
         if self.applying:
