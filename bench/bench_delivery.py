@@ -339,6 +339,7 @@ def run_fanout(url: str, *, agents: int, messages: int, reporter: Reporter, labe
         sessions = _connect_all(runtime, world)
         post = runtime.posting.post
         perf = time.perf_counter
+        meter_before = runtime.store.meter.snapshot()
         with stamp_offers() as stamps, Readers(sessions) as readers:
             with reporter.step(f"fan-out: {agents} agents on {label}", messages) as update:
                 started = perf()
@@ -356,9 +357,14 @@ def run_fanout(url: str, *, agents: int, messages: int, reporter: Reporter, labe
             _wait_for(lambda: len(readers.read) >= len(stamps), 60)
         elapsed = finished - started
         status = runtime.delivery.status()
+        meter_after = runtime.store.meter.snapshot()  # poster + consumer threads: approximate
         return {
             "agents": agents,
             "messages": messages,
+            "round_trips_per_message": round(
+                (meter_after["round_trips"] - meter_before["round_trips"]) / messages, 2),
+            "statements_per_message": round(
+                (meter_after["statements"] - meter_before["statements"]) / messages, 2),
             "post_phase_s": round(posted - started, 3),
             "elapsed_s": round(elapsed, 3),
             "messages_per_s": round(messages / elapsed, 1),

@@ -137,10 +137,11 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     per_frame: list[float] = []
     rejected = 0
     commits_before = store.commits
+    meter_before = store.meter.snapshot()
     profiler = _profiler(profile)
     perf = time.perf_counter
     if batch > 1:
-        return _run_batched(url, parsed, reporter, label, batch, store, clock, bridges, ingest, platform_of)
+        return _run_batched(url, parsed, reporter, label, batch, store, clock, bridges, ingest, platform_of, meter_before)
     with reporter.step(f"ingest: ours on {label}", total) as update:
         if profiler is not None:
             profiler.start()
@@ -167,6 +168,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
             profiler.stop()
         update(total)
     commits = store.commits - commits_before
+    sent = _sent(store, meter_before, total)
     ingest.stop()
     store.dispose()
     outcomes = inbox_outcomes(url)
@@ -176,6 +178,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
         "frames_per_s": round(total / wall, 1),
         "commits": commits,
         "commits_per_frame": round(commits / total, 4),
+        **sent,
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected,
         "outcomes": outcomes,
@@ -190,7 +193,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
 
 def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str, batch: int,
                  store: Any, clock: Any, bridges: dict[str, str], ingest: Any,
-                 platform_of: dict[str, str]) -> dict[str, Any]:
+                 platform_of: dict[str, str], meter_before: dict[str, int]) -> dict[str, Any]:
     from tidings.errors import TidingsError
 
     total = len(parsed)
@@ -222,6 +225,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
             update(min(first + batch, total))
         wall = perf() - started
     commits = store.commits - commits_before
+    sent = _sent(store, meter_before, total)
     ingest.stop()
     store.dispose()
     outcomes = inbox_outcomes(url)
@@ -233,6 +237,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
         "frames_per_s": round(total / wall, 1),
         "commits": commits,
         "commits_per_frame": round(commits / total, 4),
+        **sent,
         "rejected_at_append": rejected,
         "outcomes": outcomes,
         "unprocessed": outcomes["unprocessed"],
@@ -362,6 +367,20 @@ def _norm(value: Any) -> Any:
 
 
 # -- the section -----------------------------------------------------------------------------------------
+def _sent(store: Any, before: dict[str, int], frames: int) -> dict[str, Any]:
+    """Statements sent and round trips over a run (``Store.meter``), per frame too: the
+    deterministic count beside the noisy frames/s."""
+    after = store.meter.snapshot()
+    statements = after["statements"] - before["statements"]
+    round_trips = after["round_trips"] - before["round_trips"]
+    return {
+        "statements": statements,
+        "statements_per_frame": round(statements / frames, 3),
+        "round_trips": round_trips,
+        "round_trips_per_frame": round(round_trips / frames, 3),
+    }
+
+
 def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: Reporter,
         naive_on: list[str], profile_dir: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -376,12 +395,14 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
         ours = run_ours(ours_url, parsed, reporter, label, profile)
         reporter.note(
             f"ingest ours [{label}]: {ours['frames_per_s']:,.0f} frames/s, "
+            f"{ours['round_trips_per_frame']:.2f} round trips/frame ({ours['statements_per_frame']:.2f} statements), "
             f"{ours['commits_per_frame']:.3f} commits/frame, unprocessed {ours['unprocessed']}"
         )
         batched_url = dbs.fresh(backend, "ingest_batched")
         batched = run_ours(batched_url, parsed, reporter, label, batch=BATCH)
         reporter.note(
             f"ingest ours, {BATCH} frames a request [{label}]: {batched['frames_per_s']:,.0f} frames/s, "
+            f"{batched['round_trips_per_frame']:.2f} round trips/frame ({batched['statements_per_frame']:.2f} statements), "
             f"{batched['commits_per_frame']:.3f} commits/frame, unprocessed {batched['unprocessed']}"
         )
         dbs.drop(batched_url)

@@ -88,12 +88,14 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
     every: list[float] = []
     sleep_at_first_later = 0.0
     commits_before = store.commits
+    trips_at_first_later = None
     perf = time.perf_counter
     try:
         with reporter.step(what, len(frames)) as update:
             for index, raw in enumerate(frames):
                 if index == last_stuck + 1:
                     sleep_at_first_later = sleep.requested_s
+                    trips_at_first_later = store.meter.round_trips
                 clock.set(raw["received_at_ms"])
                 ids.line = index
                 t0 = perf()
@@ -109,6 +111,7 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
                 if index % 16 == 0:
                     update(index)
         commits = store.commits - commits_before
+        trips_later = store.meter.round_trips - (trips_at_first_later or store.meter.round_trips)
         sleep_later = sleep.requested_s - sleep_at_first_later
         before_restart = inbox_outcomes(url)["unprocessed"]
         ingest.stop()
@@ -136,6 +139,9 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
         "later_frame_drain_ms_avg": round(sum(later) / len(later) * 1000, 4) if later else 0.0,
         "later_frame_drain_ms": latency_ms(later),
         "frame_ms_avg": round(sum(every) / len(every) * 1000, 4),
+        # Store.meter: every round trip while the later frames went in (their own, and the
+        # stuck frames' retries that came due meanwhile), per later frame; deterministic.
+        "later_frame_round_trips_avg": round(trips_later / len(later), 3) if later else 0.0,
         "later_frame_requested_sleep_ms_avg": round(sleep_later / len(later) * 1000, 4) if later else 0.0,
         "commits_per_frame": round(commits / len(frames), 4),
         "unprocessed_before_restart": before_restart,

@@ -136,8 +136,8 @@ add("refresh.never_touches", PROJ_SRC,
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="the reference's 'touchedAtMS = 0': the projection never asks for the roster touch")
 add("roster.every_sender_joins", PROJ_SRC,
-    "            if sender_roster and incoming and not sender[3]:",
-    "            if sender_roster:",
+    "            ensure = sender_roster and incoming and not sender[3]\n",
+    "            ensure = sender_roster\n",
     t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
     why="our own outgoing messages put us on every Signal/WhatsApp roster")
 
@@ -744,3 +744,51 @@ add("attachments.anyone_uploads", "src/tidings/hub/attachments.py",
     '    if who.scope != "bridge":',
     t(ATT, "test_upload_limits_and_checks"),
     why="a bridge uploads bytes for another bridge's attachments")
+# == issue 12: round trips (deferred statements, read/send ahead, the claim, batching) ========
+RT = "tests/test_round_trips.py"
+BATCH_EQ = "tests/ingest/test_batch_equivalence.py"
+INGEST_INBOX_SRC = "src/tidings/ingest/inbox.py"
+add("batch.pg_savepoint_rollback_dropped", ENGINE,
+    '                self._send(f"ROLLBACK TO SAVEPOINT {name}", None).close()\n',
+    "                pass\n",
+    t(RT, "test_a_failing_savepoint_takes_back_only_its_own_work_and_what_waited_inside_it"),
+    backend="postgres",
+    why="a failed frame's savepoint (sent with its first statement) is never rolled back: the batch's "
+        "transaction stays aborted and every later frame of it is lost")
+add("batch.group_savepoint_dropped", "src/tidings/ingest/grouping.py",
+    "                    with tx.savepoint():\n                        outcome, staged = applier.apply(tx, inbox_id, att)",
+    "                    if True:\n                        outcome, staged = applier.apply(tx, inbox_id, att)",
+    t(WORKER, "test_a_failed_frame_leaves_its_claim_rolled_back_and_is_quarantined_once"),
+    k="group8",
+    why="a grouped drain applies a frame without its own savepoint: a failed frame's rows and claim stay")
+add("batch.claim_guard_moved", INBOX_SRC,
+    "    \"WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL \"\n    \"RETURNING bridge_id",
+    "    \"WHERE inbox_id = :inbox_id \"\n    \"RETURNING bridge_id",
+    t(WORKER, "test_a_frame_finished_after_it_was_listed_is_gone_not_applied_again"),
+    why="the claim (load + applied mark) lost its at-most-once guard: a frame finished elsewhere is applied again")
+add("batch.ensure_guard_moved", PROJ_SRC,
+    "            if ensure:  # independent of the message row: rides in the upsert's round trip\n",
+    "            if sender_roster:  # independent of the message row: rides in the upsert's round trip\n",
+    t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
+    backend="postgres",
+    why="the roster ensure sent ahead is guarded apart from where its result is read: our own outgoing "
+        "messages join us to the roster on PostgreSQL")
+add("batch.group_out_of_receipt_order", WORKER_SRC,
+    "                    if len(batch) >= self.group_size:\n                        self._run_group(batch, stats, on_frame)",
+    "                    if len(batch) >= self.group_size:\n"
+    "                        self._run_group(batch[::-1], stats, on_frame)",
+    t(WORKER, "test_drain_applies_a_paged_backlog_in_receipt_order_once_each"),
+    k="group8",
+    why="a drain group is applied out of receipt order")
+add("batch.request_out_of_receipt_order", INGEST_INBOX_SRC,
+    "    for frame in frames:\n        inbox_id = mint(now_ms)",
+    "    for frame in frames[::-1]:\n        inbox_id = mint(now_ms)",
+    t(BATCH_EQ, "test_a_corpus_applied_in_batches_of_any_size_leaves_the_store_it_leaves_one_frame_at_a_time"),
+    why="a batch request's frames are stored and applied last first: the store differs from one frame a request")
+add("batch.speculative_order_check_ignored", ON_APPEND,
+    "                if held_up is not None and held_up():\n                    raise _HeldUp()\n",
+    "                if held_up is not None:\n                    held_up()\n",
+    t(APPEND, "test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge"),
+    backend="postgres",
+    why="PostgreSQL's speculative apply on append reads the order check but keeps the frame applied: "
+        "a new frame applies before an older unprocessed one of its bridge")

@@ -327,7 +327,8 @@ def _fanout(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> d
             r = entry[str(agents)]
             reporter.note(
                 f"fan-out [{backend}] {agents} agents: {r['messages_per_s']:,.0f} msgs/s, "
-                f"{r['dispatches_per_s']:,.0f} dispatches/s, complete {r['complete']}"
+                f"{r['dispatches_per_s']:,.0f} dispatches/s, {r['round_trips_per_message']:.2f} round trips/msg, "
+                f"complete {r['complete']}"
             )
         out[backend] = entry
     return out
@@ -456,10 +457,16 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"×{ing['ratios']['ours_over_naive']}", target, met)
         add("1 ingest", "frames/s", backend, fps, "raw executemany", raw["frames_per_s"],
             f"×{ing['ratios']['ours_over_raw']}", target if not naive else "", met if not naive else None)
+        if "round_trips_per_frame" in ours:
+            add("1 ingest", "round trips/frame", backend, ours["round_trips_per_frame"], "statements/frame",
+                ours["statements_per_frame"], digits=2)
         batched = ing.get("ours_batched")
         if batched:
             add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,
                 batched["frames_per_s"], "ours, 1 a request", fps, f"×{ing['ratios']['batched_over_ours']}")
+            if "round_trips_per_frame" in batched:
+                add("1 ingest", f"round trips/frame, {batched['frames_per_request']} a request", backend,
+                    batched["round_trips_per_frame"], "statements/frame", batched["statements_per_frame"], digits=2)
         cpf = ours["commits_per_frame"]
         add("1 ingest", "commits/frame", backend, cpf, "naive per-frame" if naive else "raw (1 tx)",
             naive["commits_per_frame"] if naive else raw["commits_per_frame"],
@@ -494,6 +501,9 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("3 fan-out", f"msgs/s into {agents} queues", backend, r["messages_per_s"], "0 agents (post+consume)",
                 base, f"×{_ratio(r['messages_per_s'], base)}", "", None)
             add("3 fan-out", f"dispatches/s, {agents} agents", backend, r["dispatches_per_s"], "", None, "", "", None)
+            if "round_trips_per_message" in r:
+                add("3 fan-out", f"round trips/message, {agents} agents", backend, r["round_trips_per_message"],
+                    "statements/message", r["statements_per_message"], digits=2)
     for backend in ("sqlite", "postgresql"):
         rec = results.get("recovery", {}).get(backend)
         if not rec:
@@ -529,6 +539,10 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     f"÷{part['ratios']['naive_over_ours']}", target, met, digits=3)
             add("5 stuck backlog", label, backend, ms, "no frame stuck", part["no_stuck"]["later_frame_drain_ms_avg"],
                 f"×{part['ratios']['ours_over_no_stuck']}", "" if naive else target, None if naive else met, digits=3)
+            if "later_frame_round_trips_avg" in ours:
+                add("5 stuck backlog", f"round trips/later frame, {where}", backend,
+                    ours["later_frame_round_trips_avg"], "no frame stuck",
+                    part["no_stuck"].get("later_frame_round_trips_avg"), "", "", None, digits=2)
             add("5 stuck backlog", f"retry sleeps asked, ms/later frame, {where}", backend,
                 ours["later_frame_requested_sleep_ms_avg"], "naive (before)" if naive else "",
                 naive["later_frame_requested_sleep_ms_avg"] if naive else None, "", "", None, digits=3)

@@ -275,7 +275,7 @@ def members_list(channel_id: str = typer.Argument(..., help="The channel id."),
 # -- bridges and links ----------------------------------------------------------------------
 @bridges_app.command("create")
 def bridges_create(
-    platform: str = typer.Option(..., "--platform", help="signal, whatsapp or gmessages."),
+    platform: str = typer.Option(..., "--platform", help="signal, whatsapp or google."),
     name: str = typer.Option(..., "--name", help="A name for the bridge."),
     owner: str | None = typer.Option(None, "--owner", help="The owning human's account id."),
     url: str | None = UrlOpt, token: str | None = TokenOpt, db: str | None = DbOpt,

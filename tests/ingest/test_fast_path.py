@@ -236,14 +236,25 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
         return real(tx, stmt, params)
 
     monkeypatch.setattr(Tx, "execute", counting)
+    before = store.meter.snapshot()
     ingest.append_body(bridge, signal_body(1), "signal")
+    after = store.meter.snapshot()
     # held-up read, inbox insert, then the projection: recency bump, sender read, message insert,
-    # roster ensure; PostgreSQL adds the bridge's append lock.
-    assert [n for n in names if n != "inbox.lock_bridge_appends"] == [
-        "inbox.older_unprocessed", "inbox.insert_frame", "conversations.mint_or_bump", "identities.by_key",
-        "bridge_messages.insert", "participants.ensure",
+    # roster ensure. PostgreSQL also takes the bridge's append lock, deferred (Tx.defer), and
+    # inserts the frame applied first, then reads the held-up check's answer (read ahead).
+    first = ["inbox.insert_frame", "inbox.older_unprocessed"] if store.dialect == "postgresql" else [
+        "inbox.older_unprocessed", "inbox.insert_frame"]
+    assert names == first + [
+        "conversations.mint_or_bump", "identities.by_key", "bridge_messages.insert", "participants.ensure",
     ]
-    assert len(names) == (7 if store.dialect == "postgresql" else 6)
+    sent = {k: after[k] - before[k] for k in after}
+    if store.dialect == "postgresql":
+        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [sender read, recency bump]
+        # [roster ensure, message insert] COMMIT; the RELEASE waits and is dropped at COMMIT.
+        assert sent == {"statements": 10, "round_trips": 4, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, the six, SAVEPOINT, RELEASE, COMMIT: each one call.
+        assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 

@@ -495,3 +495,32 @@ def test_an_invalid_event_from_a_decoder_is_quarantined(store, clock, faults):
     with store.read() as tx:
         cause = inbox_store.frame_state(tx, res.inbox_id)["cause"]
     assert cause.startswith("invalid event 0: MessageEvent.direction is 'sideways'")
+
+
+# -- the claim (issue 12): load + applied mark in one statement, still at most once -------------
+def test_a_frame_finished_after_it_was_listed_is_gone_not_applied_again(rig):
+    rig.append("a")
+    rig.append("b")
+    real = rig.worker.applier.project
+
+    def project(tx, ctx, events):
+        if events[0]["id"] == "a":  # b is finished elsewhere while the drain is on a
+            assert inbox_store.mark_applied(tx, rig.ids["b"], 5)
+        return real(tx, ctx, events)
+
+    rig.worker.applier.project = project
+    stats = rig.drain()
+    assert (stats.applied, stats.gone) == (1, 1)
+    assert rig.rows("a") == ["message", "reactions"] and rig.rows("b") == []
+    assert rig.state("b")["outcome"] == "applied" and rig.state("b")["processed_at_ms"] == 5
+    assert rig.script.decodes["b"] == 0
+
+
+def test_a_failed_frame_leaves_its_claim_rolled_back_and_is_quarantined_once(rig):
+    rig.append("bad", bad="project")
+    rig.append("ok")
+    stats = rig.drain()
+    assert (stats.applied, stats.quarantined) == (1, 1)
+    state = rig.state("bad")
+    assert state["outcome"] == "quarantined" and "refused" in state["cause"]
+    assert rig.rows("bad") == [] and rig.rows("ok") == ["message", "reactions"]

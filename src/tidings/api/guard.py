@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl
 from .. import inputs
 from ..errors import BadRequest
 
+# Raw bytes, never JSON: a bridge's attachment upload (streamed, checked by its hash).
+_BYTE_BODIES = re.compile(r"^/api/v1/bridges/[^/]+/attachments/[^/]+$")
 _CODEC_BODIES = re.compile(r"^/api/v1/bridges/[^/]+/frames/?$")
 _SHAPE_ONLY = re.compile(r"^/mcp(/.*)?$")
 
@@ -50,7 +52,8 @@ class InputGuard:
                 inputs.check_text(value, f"query parameter {key}")
         except BadRequest as exc:
             return await _reply(send, exc)
-        if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE") or not _is_json(scope.get("headers", [])):
+        if (scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE") or not _is_json(scope.get("headers", []))
+                or _BYTE_BODIES.match(scope.get("path", ""))):
             return await self.app(scope, receive, send)
         chunks = []
         while True:

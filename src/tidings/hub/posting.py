@@ -24,6 +24,7 @@ from ..store import messages as messages_store
 from ..store.engine import Store, Tx
 from .asks import block_text, normalize_ask_block
 from .events import MessagePosted, MessageUpdated
+from .post_reads import read_ahead
 
 DEFAULT_TOPIC = "general"
 MAX_TOPIC = 80
@@ -121,6 +122,7 @@ class Posting:
         self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
         occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
+        read_ahead(tx, channel_id=channel_id, author_id=author_id, topic=topic, client_request_id=crid)
         channel = channels_store.channel(tx, channel_id)
         if channel is None:
             raise NotFound("unknown channel", code="unknown_channel")

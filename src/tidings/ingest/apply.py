@@ -48,6 +48,7 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"  # deferred and not due yet: not loaded, not decoded
     LEFT = "left"  # apply on append failed transiently: left unprocessed for the worker
     DUPLICATE = "duplicate"  # apply on append: the dedupe key was already stored
+    HELD = "held"  # apply on append: an older frame of the bridge must go first; stored unprocessed
 
 
 APPLIED = Outcome.APPLIED
@@ -57,6 +58,7 @@ GONE = Outcome.GONE
 SKIPPED = Outcome.SKIPPED
 LEFT = Outcome.LEFT
 DUPLICATE = Outcome.DUPLICATE
+HELD = Outcome.HELD
 
 Decode = Callable[[str, int, Any], list[Any]]
 Project = Callable[[Tx, Any, list[Any]], Any]
@@ -235,8 +237,9 @@ class FrameApplier:
         ``FrameRejected`` (or any deterministic error) to quarantine, a transient database
         error to retry, ``Gone`` when someone else finished the frame first.
         """
-        if row is None:
-            row = inbox_store.load_unprocessed(tx, inbox_id)
+        claimed = row is None
+        if row is None:  # load it and mark it applied in one statement (rolled back on failure)
+            row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
             if self.across_nodes:  # cluster: drains of one bridge on several nodes, one frame at a time
@@ -276,7 +279,7 @@ class FrameApplier:
             on_message=self.on_message,
         )
         self.project(tx, ctx, events)
-        if mark and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
+        if mark and not claimed and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
             raise Gone()
         return APPLIED, staged
 

@@ -10,10 +10,16 @@ inserted quarantined with its cause, in that same transaction. A transient failu
 savepoint rolls back and the row is inserted unprocessed for the worker (``LEFT``); the
 append commits either way. The outcome classification is the drain's (``is_transient``,
 ``cause_of``), not a copy.
+
+On PostgreSQL the first frame of an append is inserted speculatively: the order check's
+read is announced ahead (``Tx.read_ahead``) and rides in the insert's round trip; a frame
+that turns out held up is taken back with its savepoint and stored unprocessed (``HELD``,
+D82).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -21,10 +27,25 @@ import structlog
 from ..clock import Clock
 from ..store import inbox as inbox_store
 from ..store.engine import Tx, is_transient
-from .apply import APPLIED, DUPLICATE, LEFT, QUARANTINED, Attempt, FrameApplier, FrameRow, Outcome, cause_of
+from .apply import (
+    APPLIED,
+    DUPLICATE,
+    HELD,
+    LEFT,
+    QUARANTINED,
+    Attempt,
+    FrameApplier,
+    FrameRow,
+    Outcome,
+    cause_of,
+)
 from .backoff import RetrySchedule
 
 log = structlog.get_logger("tidings.ingest")
+
+
+class _HeldUp(Exception):
+    """Apply on append found, after its speculative insert, that the frame must wait."""
 
 
 class _AttemptFailed(Exception):
@@ -60,8 +81,14 @@ def held_up(tx: Tx, retries: RetrySchedule, clock: Clock, bridge_id: str, receiv
     return not all(retries.waiting(i, now) for i in older)
 
 
+def read_ahead_held_up(tx: Tx, retries: RetrySchedule, bridge_id: str, received_at_ms: int, inbox_id: str) -> None:
+    """Announce ``held_up``'s read (``Tx.read_ahead``); it then costs no round trip of its own."""
+    inbox_store.read_ahead_older_unprocessed(tx, bridge_id, received_at_ms, inbox_id, len(retries) + 1)
+
+
 def insert_applied(
-    applier: FrameApplier, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int
+    applier: FrameApplier, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int,
+    held_up: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
 
@@ -73,6 +100,10 @@ def insert_applied(
     the bridge's dedupe key is already stored; nothing was written. Safe on any thread:
     it touches no per-frame state of the worker. An error that breaks ``tx`` itself
     propagates; the caller's transaction is then lost.
+
+    ``held_up`` (PostgreSQL's apply on append): asked right after the insert, inside the
+    savepoint; True rolls the savepoint back and stores the row unprocessed (``HELD``).
+    So the order check's read rides in the insert's round trip (``AppendApplier``).
     """
     row: FrameRow = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
     now = applier.clock.now_ms()
@@ -82,6 +113,8 @@ def insert_applied(
             try:
                 if not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
                     return DUPLICATE
+                if held_up is not None and held_up():
+                    raise _HeldUp()
                 _outcome, staged = applier.apply(
                     tx, inbox_id, att, row, mark=False, doc=getattr(frame, "doc", None)
                 )
@@ -91,6 +124,9 @@ def insert_applied(
         # The savepoint was rolled back cleanly (had that failed too, its own error would
         # have propagated instead): ``tx`` is as it was before this frame.
         error = failed.exc
+        if isinstance(error, _HeldUp):
+            insert_row(tx, inbox_id, row, frame)
+            return HELD
         if is_transient(error):
             log.info(
                 "transient error applying a frame on append; the worker retries it",
@@ -143,6 +179,21 @@ class AppendApplier:
 
     def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
         """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
+        if self.applying is None and tx.dialect == "postgresql":
+            # Speculate: insert it applied, with the order check's read in the same round
+            # trip, and take it back if it turns out held up (rare).
+            retries, clock, bridge_id, received_at_ms = self.retries, self.applier.clock, self.bridge_id, self.received_at_ms
+            read_ahead_held_up(tx, retries, bridge_id, received_at_ms, inbox_id)
+            outcome = insert_applied(
+                self.applier, tx, inbox_id, bridge_id, frame, received_at_ms,
+                held_up=lambda: held_up(tx, retries, clock, bridge_id, received_at_ms, inbox_id),
+            )
+            if outcome == DUPLICATE:
+                return False  # not decided yet: the next new frame asks again
+            self.applying = outcome not in (HELD, LEFT)
+            if not self.applying:
+                self.left += 1
+            return True
         if self.applying is None:
             self.applying = not held_up(
                 tx, self.retries, self.applier.clock, self.bridge_id, self.received_at_ms, inbox_id

@@ -302,6 +302,22 @@ class _Frame:
             stored[1], stored[2], stored[3] = raw, new_name, new_self
         return stored
 
+    def read_ahead_senders(self, msgs: list[MessageEvent]) -> None:
+        """Announce the stored rows of the senders not read yet (``Tx.read_ahead``): on
+        PostgreSQL they come back in the recency bump's round trip. Safe because this
+        frame writes an identity only after it has read it (``identity``). A sender whose
+        key is bad is left to ``identity`` to reject, in order."""
+        if self.tx.dialect != "postgresql":
+            return
+        for ev in msgs:
+            ref = ev.sender
+            try:
+                key = self.key_of(ref, "sender")
+            except ProjectionError:
+                continue
+            if key[0] != "anonymous" and key not in self.idents:
+                identities.read_ahead_by_key(self.tx, self.bridge_id, key[0], key[1])
+
     # -- conversations -----------------------------------------------------------------
     def conversation(self, ev: ConversationEvent) -> None:
         remote = ev.remote_conversation_id
@@ -352,6 +368,7 @@ class _Frame:
     # -- messages ----------------------------------------------------------------------
     def messages(self, msgs: list[MessageEvent]) -> None:
         tx, bridge_id, now, platform = self.tx, self.bridge_id, self.now, self.platform
+        self.read_ahead_senders(msgs)
         # One mint-or-bump per conversation, with the newest message time of the frame.
         newest: dict[str, int] = {}
         for ev in msgs:
@@ -378,6 +395,12 @@ class _Frame:
             if direction == "outgoing":  # an incoming echo is claimed by the link hook (bridges/echo.py)
                 echo.claim(tx, bridge_id=bridge_id, conversation_id=cid, message_id=mid,
                            remote_message_id=ev.remote_message_id, now=now)
+            incoming = direction == "incoming"
+            ensure = sender_roster and incoming and not sender[3]
+            if ensure:  # independent of the message row: rides in the upsert's round trip
+                conversations.ensure_participant_ahead(
+                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2]
+                )
             result = bridge_messages.upsert(
                 tx, id=mid, bridge_id=bridge_id, conversation_id=cid, remote_message_id=ev.remote_message_id,
                 sender_identity_id=sender[0], direction=direction, body=ev.body,
@@ -387,8 +410,7 @@ class _Frame:
                 self.wrote("messages_written")
             if result == "inserted" and ev.attachments:  # metadata, with the message only (D61)
                 attachments.insert_all(tx, mid, bridge_id, [attachment_metadata(a) for a in ev.attachments])
-            incoming = direction == "incoming"
-            if sender_roster and incoming and not sender[3]:
+            if ensure:
                 if conversations.ensure_participant(
                     tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2]
                 ):

@@ -130,6 +130,8 @@ def _summary(m: dict[str, Any], console: Console) -> None:
         ("frames/s (wall)", f"{m['frames_per_second']:,}"),
         ("wall", f"{m['wall_ms'] / 1000:.2f} s"),
         ("commits / frame", f"{m['commits_per_frame']:.4f} ({m['commits']:,} commits)"),
+        ("statements / frame", f"{m['statements_per_frame']:.4f} ({m['statements']:,} sent)"),
+        ("round trips / frame", f"{m['round_trips_per_frame']:.4f} ({m['round_trips']:,})"),
         ("row writes / minimal", f"{m['writes_over_minimal']} ({m['row_writes_total']:,} / {m['minimal_row_writes']:,})"),
         ("WAL written", "not measured" if m["wal_bytes"] is None else f"{m['wal_bytes'] / 1e6:,.1f} MB"),
         ("applied / quarantined / unprocessed", f"{m['applied']:,} / {m['quarantined']:,} / {m['unprocessed_after']:,}"),

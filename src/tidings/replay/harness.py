@@ -671,6 +671,7 @@ class _Run:
         perf = time.perf_counter
         self.wal.start()
         self.commits_before = self.store.commits
+        meter_before = self.store.meter.snapshot()
         for first in range(0, total, CHUNK):
             t0 = perf()
             chunk = [_parse_line(line) for line in self.lines[first:first + CHUNK]]
@@ -707,6 +708,8 @@ class _Run:
         # Everything measured "after the replay" is taken now, before any restart.
         self.sleep_during = self.sleep.requested_s
         self.commits = self.store.commits - self.commits_before
+        meter_after = self.store.meter.snapshot()
+        self.sent = {k: meter_after[k] - meter_before[k] for k in ("statements", "round_trips")}
         self.wal_metrics = self.wal.stop()
         assert self.counter is not None
         self.counted = self.counter.snapshot()
@@ -738,6 +741,13 @@ class _Run:
             },
             "commits": self.commits,
             "commits_per_frame": round(self.commits / total, 4),
+            # Store.meter: every statement sent (BEGIN, SAVEPOINT, COMMIT included) and the
+            # round trips they took (PostgreSQL pipelines deferred ones); deterministic for
+            # a corpus, unlike frames/s.
+            "statements": self.sent["statements"],
+            "statements_per_frame": round(self.sent["statements"] / total, 4),
+            "round_trips": self.sent["round_trips"],
+            "round_trips_per_frame": round(self.sent["round_trips"] / total, 4),
             **self.wal_metrics,
             "unprocessed_after": self.outcomes.get("unprocessed", 0),
             "quarantined": self.outcomes.get("quarantined", 0),

@@ -293,18 +293,24 @@ def ensure_participant(
     tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str
 ) -> bool:
     """Add ``identity_id`` to the roster as an active member unless it is there already."""
-    return (
-        tx.rowcount(
-            PARTICIPANT_ENSURE,
-            {
-                "conversation_id": conversation_id,
-                "identity_id": identity_id,
-                "bridge_id": bridge_id,
-                "display_name": display_name,
-            },
-        )
-        > 0
-    )
+    params = _ensure_params(conversation_id, identity_id, bridge_id, display_name)
+    return tx.rowcount(PARTICIPANT_ENSURE, params) > 0
+
+
+def ensure_participant_ahead(
+    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str
+) -> None:
+    """Announce the next ``ensure_participant`` call with these arguments (``Tx.send_ahead``)."""
+    tx.send_ahead(PARTICIPANT_ENSURE, _ensure_params(conversation_id, identity_id, bridge_id, display_name))
+
+
+def _ensure_params(conversation_id: str, identity_id: str, bridge_id: str, display_name: str) -> dict[str, str]:
+    return {
+        "conversation_id": conversation_id,
+        "identity_id": identity_id,
+        "bridge_id": bridge_id,
+        "display_name": display_name,
+    }
 
 
 # -- reads -------------------------------------------------------------------------------

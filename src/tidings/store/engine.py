@@ -11,7 +11,19 @@ must follow commit order (a channel's ``channel_seq``) is taken from a row lock 
 transaction, never from a sequence.
 
 Both: statements are ``Stmt`` objects compiled once per dialect and run on the raw DBAPI
-cursor (see ``sql.py``). ``Tx.after_commit`` callbacks run only once the commit succeeded;
+cursor (see ``sql.py``).
+
+Round trips (PostgreSQL): a statement whose result nobody reads and whose effect ends with
+the transaction (``BEGIN``, ``SAVEPOINT``, ``RELEASE SAVEPOINT``, a transaction-scoped
+advisory lock: ``Tx.defer``) is not sent on its own. It waits in the ``Tx`` and goes out in
+one psycopg pipeline with the next statement that is sent, in the order they were issued,
+so one round trip carries them all. What still waits at ``COMMIT`` or ``ROLLBACK`` is
+dropped: the transaction's end releases savepoints and locks anyway. A savepoint inside
+which no statement was sent is rolled back or released for free. psycopg prepares a
+statement on the server after its fifth use on a connection (``prepare_threshold``), so the
+hot statements are parsed and planned once. ``Store.meter`` counts statements sent, round
+trips and commits (SQLite: every statement is one call into the library, counted as one
+round trip). ``Tx.after_commit`` callbacks run only once the commit succeeded;
 the post path uses that to publish on the bus strictly after the row is durable.
 """
 
@@ -91,25 +103,144 @@ def is_integrity_error(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.IntegrityError)
 
 
+class Meter:
+    """Statements sent, round trips and commits of one store, cumulative (read the
+    difference over a run). Incremented without a lock: exact for one thread at a time,
+    approximate under concurrent writers (a diagnostic, not a guarantee)."""
+
+    __slots__ = ("statements", "round_trips", "commits")
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.round_trips = 0
+        self.commits = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return {"statements": self.statements, "round_trips": self.round_trips, "commits": self.commits}
+
+
+_NO_METER = Meter()  # for a Tx built without a store (tests); never read
+
+# psycopg's TransactionStatus.IDLE: no transaction open, so the next statement of a
+# non-autocommit connection is preceded by an implicit BEGIN.
+_PG_IDLE = 0
+
+
 class Tx:
-    """One open transaction (or autocommit reads) on a raw DBAPI connection."""
+    """One open transaction (or autocommit reads) on a raw DBAPI connection.
 
-    __slots__ = ("dbapi", "dialect", "_after", "_sp")
+    PostgreSQL: ``_pending`` holds what waits to be sent (deferred statements, read-ahead
+    reads; see the module docstring) as ``(sql, params, cursor or None)``; ``_send`` puts
+    it, and the implicit ``BEGIN`` of a fresh transaction, in one pipeline with the
+    statement it sends. ``_ahead`` maps a read-ahead read's key to its cursor, used once.
+    """
 
-    def __init__(self, dbapi: Any, dialect: str) -> None:
+    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter")
+
+    def __init__(self, dbapi: Any, dialect: str, meter: Meter | None = None) -> None:
         self.dbapi = dbapi
         self.dialect = dialect
         self._after: list[Callable[[], None]] = []
         self._sp = 0
+        self._pending: list[tuple[str, Any, Any]] = []
+        self._ahead: dict[tuple[Any, ...], Any] = {}
+        self.meter = meter or _NO_METER
 
     # -- execution ---------------------------------------------------------------------
     def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
+        if self._ahead:
+            cur = self._ahead.pop(_ahead_key(stmt, params), None)
+            if cur is not None:
+                if any(entry[2] is cur for entry in self._pending):
+                    self.flush()
+                return cur
+        sql, defaults = stmt.compiled(self.dialect)
+        if defaults:
+            params = {**defaults, **(params or {})}
+        return self._send(sql, params or {})
+
+    def _send(self, sql: str, params: Any) -> Any:
+        """Send one statement (with whatever waits before it) and return its cursor."""
+        cur = self.dbapi.cursor()
+        meter = self.meter
+        meter.round_trips += 1
+        if self.dialect != "postgresql":
+            meter.statements += 1
+            cur.execute(sql, params)
+            return cur
+        pending = self._pending
+        begin = not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE
+        if not pending and not begin:
+            meter.statements += 1
+            cur.execute(sql, params)
+            return cur
+        meter.statements += 1 + len(pending) + begin
+        self._pending = []
+        with self.dbapi.pipeline():
+            _send_pending(self.dbapi, pending)
+            cur.execute(sql, params)
+        return cur
+
+    def flush(self) -> None:
+        """Send whatever waits (PostgreSQL), in one round trip."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        meter = self.meter
+        begin = not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE
+        meter.statements += len(pending) + begin
+        meter.round_trips += 1
+        with self.dbapi.pipeline():
+            _send_pending(self.dbapi, pending)
+
+    def defer(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
+        """Run ``stmt``, whose result nobody reads and whose effect lasts only until the
+        transaction ends, no later than the next statement sent (PostgreSQL: in that
+        statement's round trip; dropped if the transaction ends first). SQLite: now."""
+        sql, defaults = stmt.compiled(self.dialect)
+        if defaults:
+            params = {**defaults, **(params or {})}
+        if self.dialect == "postgresql":
+            self._pending.append((sql, params or {}, None))
+        else:
+            self._send(sql, params or {}).close()
+
+    def read_ahead(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
+        """Announce a read this transaction will run soon with exactly these ``params``:
+        PostgreSQL sends it in the round trip of the next statement, and that later
+        ``execute`` of the same statement and params takes its result instead of sending
+        it again (once). Only for reads that nothing written in between may change (the
+        caller's promise; under READ COMMITTED each statement sees what was committed when
+        it started, so an earlier start is what a concurrent commit may change anyway).
+        SQLite: nothing (a statement there costs no round trip)."""
+        self._queue_ahead(stmt, params)
+
+    def send_ahead(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
+        """``read_ahead`` for a write the caller runs next for certain (unless an error
+        ends the unit first, which takes the write back with it), whose parameters are
+        known already and which no statement sent before it may change. PostgreSQL: sent
+        in the round trip of the next statement, possibly before it."""
+        self._queue_ahead(stmt, params)
+
+    def _queue_ahead(self, stmt: Stmt, params: dict[str, Any] | None) -> None:
+        if self.dialect != "postgresql":
+            return
+        key = _ahead_key(stmt, params)
+        if key in self._ahead:
+            return
         sql, defaults = stmt.compiled(self.dialect)
         if defaults:
             params = {**defaults, **(params or {})}
         cur = self.dbapi.cursor()
-        cur.execute(sql, params or {})
-        return cur
+        self._pending.append((sql, params or {}, cur))
+        self._ahead[key] = cur
+
+    def end(self) -> None:
+        """The transaction is about to commit: what was only deferred ends with it and is
+        dropped (see ``defer``); an unread read-ahead is dropped too."""
+        self._pending.clear()
+        self._ahead.clear()
 
     def all(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.execute(stmt, params)
@@ -148,7 +279,16 @@ class Tx:
         return out
 
     def raw(self, sql: str, params: Any = None) -> Any:
-        """Run dialect-specific SQL text as is (migrations, diagnostics, tests)."""
+        """Run dialect-specific SQL text as is (migrations, diagnostics, tests); never
+        pipelined, since the text may hold several statements."""
+        meter = self.meter
+        if self._pending:
+            self.flush()
+        elif self.dialect == "postgresql" and not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE:
+            meter.statements += 1  # psycopg's implicit BEGIN, its own round trip here
+            meter.round_trips += 1
+        meter.statements += 1
+        meter.round_trips += 1
         cur = self.dbapi.cursor()
         cur.execute(sql, params) if params is not None else cur.execute(sql)
         return cur
@@ -167,19 +307,77 @@ class Tx:
         self._sp += 1
         name = f"sp_{self._sp}"
         mark = len(self._after)
-        cur = self.dbapi.cursor()
-        cur.execute(f"SAVEPOINT {name}")
+        if self.dialect != "postgresql":
+            cur = self.dbapi.cursor()
+            meter = self.meter
+            meter.statements += 1
+            meter.round_trips += 1
+            cur.execute(f"SAVEPOINT {name}")
+            try:
+                yield self
+            except BaseException:
+                meter.statements += 2
+                meter.round_trips += 2
+                cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                cur.execute(f"RELEASE SAVEPOINT {name}")
+                del self._after[mark:]
+                raise
+            else:
+                meter.statements += 1
+                meter.round_trips += 1
+                cur.execute(f"RELEASE SAVEPOINT {name}")
+            finally:
+                cur.close()
+            return
+        # PostgreSQL: SAVEPOINT and RELEASE wait for the next statement (``defer``).
+        entry = (f"SAVEPOINT {name}", None, None)
+        self._pending.append(entry)
         try:
             yield self
         except BaseException:
-            cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
-            cur.execute(f"RELEASE SAVEPOINT {name}")
             del self._after[mark:]
+            if not self._drop_unsent(entry):
+                # Everything still waiting was issued after the SAVEPOINT went out, i.e.
+                # inside it: it goes with the rollback, unsent (the transaction is
+                # aborted until the ROLLBACK TO, so it could not run first anyway).
+                self._pending = []
+                self._ahead.clear()
+                self._send(f"ROLLBACK TO SAVEPOINT {name}", None).close()
+                self._pending.append((f"RELEASE SAVEPOINT {name}", None, None))
             raise
         else:
-            cur.execute(f"RELEASE SAVEPOINT {name}")
-        finally:
-            cur.close()
+            if not self._drop_unsent(entry):
+                self._pending.append((f"RELEASE SAVEPOINT {name}", None, None))
+
+    def _drop_unsent(self, entry: tuple[str, Any, Any]) -> bool:
+        """If the SAVEPOINT ``entry`` was never sent, forget it and everything issued after
+        it (nothing of that savepoint reached the server, read-aheads included); True when
+        it did so."""
+        pending = self._pending
+        for i in range(len(pending) - 1, -1, -1):
+            if pending[i] is entry:
+                dropped = {id(e[2]) for e in pending[i:] if e[2] is not None}
+                if dropped:
+                    self._ahead = {k: c for k, c in self._ahead.items() if id(c) not in dropped}
+                del pending[i:]
+                return True
+        return False
+
+
+def _ahead_key(stmt: Stmt, params: dict[str, Any] | None) -> tuple[Any, ...]:
+    return (id(stmt), tuple(sorted(params.items())) if params else ())
+
+
+def _send_pending(dbapi: Any, pending: list[tuple[str, Any, Any]]) -> None:
+    """Queue ``pending`` on ``dbapi`` in order; the caller holds the pipeline open."""
+    aux = None
+    for text, args, cur in pending:
+        if cur is None:
+            if aux is None:
+                aux = dbapi.cursor()
+            aux.execute(text, args)
+        else:
+            cur.execute(text, args)
 
 
 class Store:
@@ -203,7 +401,7 @@ class Store:
         self.clock = clock
         self.faults = faults or Faults()
         self._writer_lock = threading.RLock()
-        self.commits = 0
+        self.meter = Meter()
         if self.dialect == "sqlite":
             self.engine = sa.create_engine(
                 sa_url,
@@ -250,6 +448,11 @@ class Store:
     def dedicated(self, *, pg_settings: dict[str, str] | None = None) -> Dedicated:
         """A connection kept by one thread (a worker) for many transactions."""
         return Dedicated(self, pg_settings=pg_settings)
+
+    @property
+    def commits(self) -> int:
+        """Commits of write transactions so far (``meter.commits``)."""
+        return self.meter.commits
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
@@ -347,24 +550,34 @@ class Dedicated:
 def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
     """One write transaction on ``dbapi``: commit on success, roll back on any exception,
     then run the ``after_commit`` callbacks (only after a successful commit)."""
-    tx = Tx(dbapi, store.dialect)
+    meter = store.meter
+    tx = Tx(dbapi, store.dialect, meter)
     if store.dialect == "sqlite":
         with store._writer_lock:
+            meter.statements += 1
+            meter.round_trips += 1
             dbapi.execute("BEGIN IMMEDIATE")
             try:
                 yield tx
+                meter.statements += 1
+                meter.round_trips += 1
                 dbapi.execute("COMMIT")
             except BaseException:
-                _rollback_quietly(dbapi)
+                _rollback_quietly(dbapi, meter)
                 raise
     else:
         try:
             yield tx
+            tx.end()
+            if dbapi.info.transaction_status != _PG_IDLE:
+                meter.statements += 1
+                meter.round_trips += 1
             dbapi.commit()
         except BaseException:
-            _rollback_quietly(dbapi)
+            tx.end()
+            _rollback_quietly(dbapi, meter)
             raise
-    store.commits += 1
+    meter.commits += 1
     for fn in tx._after:
         fn()
 
@@ -372,13 +585,17 @@ def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
 @contextlib.contextmanager
 def _read_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
     """A read-only snapshot on ``dbapi``, always rolled back."""
-    tx = Tx(dbapi, store.dialect)
+    meter = store.meter
+    tx = Tx(dbapi, store.dialect, meter)
     if store.dialect == "sqlite":
+        meter.statements += 1
+        meter.round_trips += 1
         dbapi.execute("BEGIN")
     try:
         yield tx
     finally:
-        _rollback_quietly(dbapi)
+        tx.end()
+        _rollback_quietly(dbapi, meter)
 
 
 class _AutocommitTx(Tx):
@@ -387,8 +604,8 @@ class _AutocommitTx(Tx):
 
     __slots__ = ("_left",)
 
-    def __init__(self, dbapi: Any, dialect: str, limit: int | None) -> None:
-        super().__init__(dbapi, dialect)
+    def __init__(self, dbapi: Any, dialect: str, limit: int | None, meter: Meter | None = None) -> None:
+        super().__init__(dbapi, dialect, meter)
         self._left = limit
 
     def _count(self) -> None:
@@ -414,7 +631,7 @@ class _AutocommitTx(Tx):
 @contextlib.contextmanager
 def _autocommit_tx(store: Store, dbapi: Any, *, limit: int | None) -> Iterator[Tx]:
     """PostgreSQL statements outside any transaction block (see ``Dedicated``)."""
-    tx = _AutocommitTx(dbapi, store.dialect, limit)
+    tx = _AutocommitTx(dbapi, store.dialect, limit, store.meter)
     dbapi.autocommit = True
     try:
         yield tx
@@ -424,17 +641,22 @@ def _autocommit_tx(store: Store, dbapi: Any, *, limit: int | None) -> Iterator[T
         except Exception:  # noqa: BLE001 - a broken connection: its owner replaces it
             pass
     if limit is not None:
-        store.commits += 1
+        store.meter.commits += 1
         for fn in tx._after:
             fn()
 
 
-def _rollback_quietly(dbapi: Any) -> None:
+def _rollback_quietly(dbapi: Any, meter: Meter = _NO_METER) -> None:
     try:
         if isinstance(dbapi, sqlite3.Connection):
             if dbapi.in_transaction:
+                meter.statements += 1
+                meter.round_trips += 1
                 dbapi.execute("ROLLBACK")
         else:
+            if dbapi.info.transaction_status != _PG_IDLE:
+                meter.statements += 1
+                meter.round_trips += 1
             dbapi.rollback()
     except Exception:  # noqa: BLE001 - the connection is gone; the pool will discard it
         pass

@@ -82,6 +82,12 @@ def by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> tuple[Any, ...]
     return tx.one(BY_KEY, {"bridge_id": bridge_id, "kind": kind, "canonical": canonical})
 
 
+def read_ahead_by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> None:
+    """Announce a ``by_key`` read (``Tx.read_ahead``): the caller must not write this
+    identity before it reads it."""
+    tx.read_ahead(BY_KEY, {"bridge_id": bridge_id, "kind": kind, "canonical": canonical})
+
+
 def of_bridge(tx: Tx, bridge_id: str) -> list[dict[str, Any]]:
     return tx.mappings(OF_BRIDGE, {"bridge_id": bridge_id})
 

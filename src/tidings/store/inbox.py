@@ -65,6 +65,14 @@ LOAD_UNPROCESSED = Stmt(
     "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL",
     name="inbox.load_unprocessed",
 )
+# The drain's load and its applied mark in one statement: the frame's transaction marks it
+# first and rolls the mark back with everything else if the frame fails.
+CLAIM_UNPROCESSED = Stmt(
+    "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
+    "WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL "
+    "RETURNING bridge_id, codec, codec_version, received_at_ms, payload",
+    name="inbox.claim_unprocessed",
+)
 OLDER_UNPROCESSED = Stmt(
     "SELECT inbox_id FROM inbox WHERE processed_at_ms IS NULL AND bridge_id = :bridge_id "
     "AND (received_at_ms, inbox_id) < (:received_at_ms, :inbox_id) LIMIT :limit",
@@ -191,16 +199,29 @@ def load_unprocessed(tx: Tx, inbox_id: str) -> tuple[Any, ...] | None:
     return tx.one(LOAD_UNPROCESSED, {"inbox_id": inbox_id})
 
 
+def claim_unprocessed(tx: Tx, inbox_id: str, now: int) -> tuple[Any, ...] | None:
+    """Mark an unprocessed frame applied and return what ``load_unprocessed`` returns; None
+    when it is processed already. Only inside the transaction that applies the frame."""
+    return tx.one(CLAIM_UNPROCESSED, {"inbox_id": inbox_id, "now": now})
+
+
 def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> list[str]:
     """Up to ``limit`` ids of ``bridge_id``'s unprocessed frames before ``(received_at_ms, inbox_id)``."""
     params = {"bridge_id": bridge_id, "received_at_ms": received_at_ms, "inbox_id": inbox_id, "limit": limit}
     return [r[0] for r in tx.all(OLDER_UNPROCESSED, params)]
 
 
+def read_ahead_older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> None:
+    """Announce an ``older_unprocessed`` call with these arguments (``Tx.read_ahead``)."""
+    params = {"bridge_id": bridge_id, "received_at_ms": received_at_ms, "inbox_id": inbox_id, "limit": limit}
+    tx.read_ahead(OLDER_UNPROCESSED, params)
+
+
 def lock_bridge_appends(tx: Tx, bridge_id: str) -> None:
-    """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends."""
+    """PostgreSQL: serialise this bridge's applying appends until ``tx`` ends. Deferred
+    (``Tx.defer``): taken in the round trip of the transaction's next statement, before it."""
     if tx.dialect == "postgresql":
-        tx.all(LOCK_BRIDGE_APPENDS, {"bridge_id": bridge_id})
+        tx.defer(LOCK_BRIDGE_APPENDS, {"bridge_id": bridge_id})
 
 
 def mark_applied(tx: Tx, inbox_id: str, now: int) -> bool:

@@ -1,0 +1,138 @@
+"""Round trips: deferred statements and read-aheads ride with the next statement on
+PostgreSQL, and a frame or a post costs a known count (``Store.meter``), on both backends.
+
+The counts are the guarantee the issue-12 work is judged by (deterministic, unlike timings):
+a test pins each hot path's count, so a change that adds a round trip fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidings.hub import accounts as accounts_hub
+from tidings.hub import channels as channels_hub
+from tidings.hub.tokens import Principal
+from tidings.store.sql import Stmt
+
+PG = "postgresql"
+INSERT = Stmt("INSERT INTO rt_probe (k, v) VALUES (:k, :v)")
+GET = Stmt("SELECT v FROM rt_probe WHERE k = :k")
+LOCK = Stmt("SELECT pg_advisory_xact_lock(42)")
+
+
+@pytest.fixture
+def conn(store):
+    c = store.dedicated()
+    with c.write() as tx:
+        tx.raw("CREATE TEMP TABLE rt_probe (k TEXT PRIMARY KEY, v INTEGER NOT NULL)")
+    yield c
+    c.close()
+
+
+def sent(store, before):
+    after = store.meter.snapshot()
+    return {k: after[k] - before[k] for k in after}
+
+
+def probe(conn) -> dict[str, int]:
+    with conn.read() as tx:
+        return dict(tx.raw("SELECT k, v FROM rt_probe").fetchall())
+
+
+def test_begin_a_deferred_lock_and_a_savepoint_ride_with_the_first_statement(store, conn):
+    before = store.meter.snapshot()
+    with conn.write() as tx:
+        if tx.dialect == PG:
+            tx.defer(LOCK)
+        with tx.savepoint():
+            tx.execute(INSERT, {"k": "a", "v": 1})
+        with tx.savepoint():
+            tx.execute(INSERT, {"k": "b", "v": 2})
+    if store.dialect == PG:
+        # [BEGIN, lock, SAVEPOINT, INSERT] [RELEASE, SAVEPOINT, INSERT] COMMIT; the last RELEASE is dropped.
+        assert sent(store, before) == {"statements": 8, "round_trips": 3, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, then SAVEPOINT, INSERT, RELEASE twice, COMMIT: each one call.
+        assert sent(store, before) == {"statements": 8, "round_trips": 8, "commits": 1}
+    assert probe(conn) == {"a": 1, "b": 2}
+
+
+def test_a_savepoint_left_before_any_statement_costs_nothing(store, conn):
+    with conn.write() as tx:
+        tx.execute(INSERT, {"k": "a", "v": 1})
+        before = store.meter.snapshot()
+        with pytest.raises(ValueError):
+            with tx.savepoint():
+                raise ValueError("a decode error: nothing was sent")
+        with tx.savepoint():
+            pass
+        if store.dialect == PG:
+            assert sent(store, before) == {"statements": 0, "round_trips": 0, "commits": 0}
+        tx.execute(INSERT, {"k": "b", "v": 2})
+    assert probe(conn) == {"a": 1, "b": 2}
+
+
+def test_a_failing_savepoint_takes_back_only_its_own_work_and_what_waited_inside_it(store, conn):
+    with conn.write() as tx:
+        tx.execute(INSERT, {"k": "a", "v": 1})
+        with pytest.raises(Exception) as failed:
+            with tx.savepoint():
+                tx.execute(INSERT, {"k": "b", "v": 2})
+                with tx.savepoint():  # nested, released: its RELEASE waits
+                    tx.execute(INSERT, {"k": "c", "v": 3})
+                tx.read_ahead(GET, {"k": "a"})  # waits inside the failing savepoint
+                tx.execute(INSERT, {"k": "a", "v": 9})  # duplicate key
+        assert "rt_probe" in str(failed.value) or "UNIQUE" in str(failed.value) or "duplicate" in str(failed.value)
+        # The transaction goes on: the read-ahead issued inside is gone, a read is sent again.
+        assert tx.one(GET, {"k": "a"}) == (1,)
+        with tx.savepoint():
+            tx.execute(INSERT, {"k": "d", "v": 4})
+    assert probe(conn) == {"a": 1, "d": 4}
+
+
+def test_a_read_ahead_answers_its_read_once_in_the_round_trip_of_the_next_statement(store, conn):
+    with conn.write() as tx:
+        tx.execute(INSERT, {"k": "a", "v": 1})
+        before = store.meter.snapshot()
+        tx.read_ahead(GET, {"k": "a"})
+        tx.read_ahead(GET, {"k": "zz"})
+        assert tx.one(GET, {"k": "a"}) == (1,)
+        assert tx.one(GET, {"k": "zz"}) is None
+        if store.dialect == PG:
+            assert sent(store, before) == {"statements": 2, "round_trips": 1, "commits": 0}
+        tx.execute(INSERT, {"k": "zz", "v": 5})
+        assert tx.one(GET, {"k": "zz"}) == (5,)  # used once: this read is sent again
+    assert probe(conn) == {"a": 1, "zz": 5}
+
+
+def test_an_unsent_deferred_statement_is_dropped_when_the_transaction_ends(store, conn):
+    before = store.meter.snapshot()
+    with conn.write() as tx:
+        tx.defer(LOCK if store.dialect == PG else GET, {} if store.dialect == PG else {"k": "a"})
+    if store.dialect == PG:
+        # Nothing else ran: no BEGIN, no lock, no COMMIT went out.
+        assert sent(store, before) == {"statements": 0, "round_trips": 0, "commits": 1}
+
+
+def test_a_post_costs_four_round_trips_on_postgresql(runtime):
+    store = runtime.store
+    owner = accounts_hub.create_account(store, kind="human", handle="owner")
+    member = accounts_hub.create_account(store, kind="human", handle="member")
+    principal = Principal(scope="account", account_id=owner.id, kind="human")
+    ch = channels_hub.create_channel(store, principal, name="rt", members=[member.id])
+    runtime.posting.post(author_id=member.id, channel_id=ch["id"], text="first, makes the topic")
+    before = store.meter.snapshot()
+    row, inserted = runtime.posting.post(
+        author_id=member.id, channel_id=ch["id"], text="hello", client_request_id="c1"
+    )
+    assert inserted and row["channel_seq"] == 2
+    if store.dialect == PG:
+        # [BEGIN, channel, membership, client request, topic] [channel_seq] [insert] [COMMIT]
+        assert sent(store, before) == {"statements": 8, "round_trips": 4, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, the same six statements one by one, COMMIT.
+        assert sent(store, before) == {"statements": 8, "round_trips": 8, "commits": 1}
+    again, inserted = runtime.posting.post(
+        author_id=member.id, channel_id=ch["id"], text="hello", client_request_id="c1"
+    )
+    assert not inserted and again["id"] == row["id"]
