@@ -44,7 +44,8 @@ ITEM_COLUMNS = (
 LINK_TARGETS = Stmt(
     "SELECT l.bridge_id, l.conversation_id, b.account_id FROM bridge_links l "
     "JOIN bridges b ON b.id = l.bridge_id WHERE l.channel_id = :channel_id "
-    "ORDER BY l.bridge_id, l.conversation_id"
+    "ORDER BY l.bridge_id, l.conversation_id",
+    name="outbox.link_targets",
 )
 INSERT_ITEM = Stmt(
     "INSERT INTO outbox (id, bridge_id, conversation_id, channel_id, message_id, kind, body, "
