@@ -20,7 +20,7 @@ def read_ahead(tx: Tx, *, channel_id: str, author_id: str, topic: str, client_re
     """Announce a post's reads (see the module docstring); harmless if some go unused."""
     if tx.dialect != "postgresql":
         return
-    tx.read_ahead(channels_store.CHANNEL_BY_ID, {"id": channel_id})
+    tx.read_ahead(channels_store.CHANNEL_FOR_POST, {"id": channel_id})
     tx.read_ahead(channels_store.MEMBER, {"channel_id": channel_id, "account_id": author_id})
     if client_request_id:
         tx.read_ahead(

@@ -577,13 +577,12 @@ class Worker:
         """
         claimed = row is None
         if claimed:  # load it and mark it applied in one statement (rolled back on failure)
-            row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
+            if self.across_nodes:  # cluster: the bridge's lock first, one frame at a time (cluster_drain)
+                row = cluster_drain.claim_frame(tx, inbox_id, self.clock.now_ms())
+            else:
+                row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
-            if self.across_nodes:  # cluster: drains of one bridge on several nodes, one frame at a time
-                row = cluster_drain.claim_frame(tx, inbox_id, row)
-                if row is None:
-                    return GONE, None
         bridge_id, codec, codec_version, received_at_ms, payload = row
         if doc is not None and self._decode_objects:
             payload = doc
