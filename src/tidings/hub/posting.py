@@ -123,7 +123,7 @@ class Posting:
         occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
         read_ahead(tx, channel_id=channel_id, author_id=author_id, topic=topic, client_request_id=crid)
-        channel = channels_store.channel(tx, channel_id)
+        channel = channels_store.channel_for_post(tx, channel_id)
         if channel is None:
             raise NotFound("unknown channel", code="unknown_channel")
         if channels_store.membership(tx, channel_id, author_id) is None:
@@ -162,7 +162,8 @@ class Posting:
         if seq is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
         tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
-        outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
+        if channel["linked"]:
+            outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
         if self.notify_in_tx is not None:  # cluster hook: other nodes learn of it at this commit
             self.notify_in_tx(tx, event)

@@ -19,12 +19,13 @@ from ..store import inbox as inbox_store
 from ..store.engine import Tx
 
 
-def claim_frame(tx: Tx, inbox_id: str, now: int) -> tuple[Any, ...] | None:
-    """Take the frame's bridge lock inside ``tx``, then claim the frame (``claim_unprocessed``:
-    loaded and marked applied in one statement); None when it is processed already. The
-    claim comes after the lock, so a frame another node finished meanwhile is seen as gone."""
-    row = inbox_store.load_unprocessed(tx, inbox_id)  # its bridge, to know which lock
-    if row is None:
+def claim_frame(tx: Tx, inbox_id: str, now_ms: int) -> tuple[Any, ...] | None:
+    """Take the frame's bridge lock inside ``tx``, then claim the frame (load it and mark it
+    applied, as a single node's drain does); None when it is gone. The lock comes BEFORE the
+    claim: a claim first would hold the frame's row while another node applied a later
+    frame of the same bridge, out of receipt order."""
+    listed = inbox_store.load_unprocessed(tx, inbox_id)
+    if listed is None:
         return None
-    inbox_store.lock_bridge_appends(tx, row[0])
-    return inbox_store.claim_unprocessed(tx, inbox_id, now)
+    inbox_store.lock_bridge_appends(tx, listed[0])
+    return inbox_store.claim_unprocessed(tx, inbox_id, now_ms)

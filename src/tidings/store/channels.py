@@ -24,6 +24,13 @@ INSERT_CHANNEL = Stmt(
     name="insert_channel",
 )
 CHANNEL_BY_ID = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_by_id")
+# The post path's channel read also says whether any bridge conversation is linked to the
+# channel, so an unlinked channel's post costs no outbox statement (bridges/outbox.py).
+CHANNEL_FOR_POST = Stmt(
+    f"SELECT {CHANNEL_COLUMNS}, EXISTS (SELECT 1 FROM bridge_links l WHERE l.channel_id = channels.id) AS linked "
+    "FROM channels WHERE id = :id",
+    name="channel_for_post",
+)
 CHANNEL_FOR_UPDATE = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_for_update")
 NEXT_CHANNEL_SEQ = Stmt(
     "UPDATE channels SET last_seq = last_seq + 1 WHERE id = :id RETURNING last_seq",
@@ -100,6 +107,15 @@ def insert_channel(
             "now": now,
         },
     )
+
+
+def channel_for_post(tx: Tx, channel_id: str) -> dict[str, Any] | None:
+    """``channel`` plus ``linked``: whether a bridge conversation is linked to it."""
+    row = tx.mapping(CHANNEL_FOR_POST, {"id": channel_id})
+    if row is not None:
+        row["mandatory_subscription"] = bool(row["mandatory_subscription"])
+        row["linked"] = bool(row["linked"])
+    return row
 
 
 def channel(tx: Tx, channel_id: str) -> dict[str, Any] | None:
