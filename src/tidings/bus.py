@@ -44,7 +44,7 @@ __all__ = ["DEFAULT_CAPACITY", "DEFAULT_BUFFER", "Bus", "BufferUnderflow", "Stam
 DEFAULT_CAPACITY = 1024
 DEFAULT_BUFFER = 1024
 
-#: Fault point: the next publish overruns every current subscriber (CONTRACT §1).
+#: Fault point: the next publish overruns every current subscriber (docs/api.md §2).
 OVERRUN_FAULT = "bus.overrun"
 
 

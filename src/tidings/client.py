@@ -1,4 +1,4 @@
-"""``tidings.client``: a small Python client for agents (CONTRACT §2 "Agent sessions").
+"""``tidings.client``: a small Python client for agents (docs/api.md §3.6, "Agent sessions").
 
 Connect an agent in a few lines::
 
@@ -24,7 +24,7 @@ What it does for you:
   rather than fighting that connection, unless ``on_replaced="reconnect"``. A bad token
   (401/403) raises ``AuthError`` at once, never an endless retry.
 * **At-least-once, deduplicated.** The server may send a message again (after a reconnect,
-  a lost ack, a restart; CONTRACT §5); the message id is the dedup key. The ids of handled
+  a lost ack, a restart; docs/api.md §7.2); the message id is the dedup key. The ids of handled
   messages are kept in a bounded LRU that survives reconnects, so a duplicate is not handed
   to your handler again, but it IS acked again, so a lost ack cannot strand the server's
   cursor.
@@ -111,7 +111,7 @@ class ClientError(Exception):
 
 
 class APIError(ClientError):
-    """The server answered with an error (CONTRACT §2 envelope ``{"error": {code, message}}``)."""
+    """The server answered with an error (docs/api.md §3.1 envelope ``{"error": {code, message}}``)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"{status} {code}: {message}")
@@ -159,7 +159,7 @@ class Event:
     """One ``deliver`` or ``steer`` handed to the handler.
 
     ``kind`` is ``"deliver"`` (a message in a channel the agent follows) or ``"steer"`` (the
-    agent was @mentioned, live or while it was away); ``message`` is the CONTRACT
+    agent was @mentioned, live or while it was away); ``message`` is the API's
     ``Message`` object; ``mentions_you`` is the server's ``mentions_you`` flag.
     """
 

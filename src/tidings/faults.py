@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 
-#: Fault points whose bare name means "once", per CONTRACT §1.
+#: Fault points whose bare name means "once", per docs/api.md §2.
 ONE_SHOT_BY_DEFAULT = frozenset({"bus.overrun"})
 
 

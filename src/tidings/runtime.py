@@ -111,7 +111,7 @@ class Runtime:
 
     # -- status ------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """The counters of ``GET /api/status`` (CONTRACT §2 Status)."""
+        """The counters of ``GET /api/status`` (docs/api.md §8.1)."""
         return {
             "ingest": self.ingest.status(),
             "delivery": self.delivery.status(),

@@ -1,4 +1,4 @@
-"""Bridge routes (CONTRACT §2 Bridges): create, append frames, quarantine, list.
+"""Bridge routes (docs/api.md §3.8): create, append frames, quarantine, list.
 
 ``POST /api/v1/bridges/{id}/frames`` answers 202 only after the frames committed: the
 bridge may forget them then. Every frame of a request is validated first; one bad frame is

@@ -1,4 +1,4 @@
-"""Bridge link routes (CONTRACT §2 Bridges: links)."""
+"""Bridge link routes (docs/api.md §3.8)."""
 
 from __future__ import annotations
 

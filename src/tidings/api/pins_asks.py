@@ -1,4 +1,4 @@
-"""Channel pins and ask answers over HTTP (issue 16; docs/contract-extensions.md).
+"""Channel pins and ask answers over HTTP (docs/api.md §3.7).
 
 * ``GET /api/v1/channels/{id}/pins``: members and the admin; pins in position order.
 * ``POST`` / ``DELETE /api/v1/channels/{id}/pins/{message_id}``: the channel owner and the

@@ -1,4 +1,4 @@
-"""Core HTTP routes: health, status, accounts, channels, members, messages (CONTRACT §2).
+"""Core HTTP routes: health, status, accounts, channels, members, messages (docs/api.md §3).
 
 Handlers are plain ``def``: FastAPI runs them in its threadpool, so the synchronous store
 never blocks the event loop.

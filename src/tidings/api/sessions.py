@@ -1,4 +1,4 @@
-"""Agent sessions over HTTP (CONTRACT §2): the SSE stream, ack, state, owed mentions.
+"""Agent sessions over HTTP (docs/api.md §3.6, §4.1): the SSE stream, ack, state, owed mentions.
 
 ``GET /api/v1/session`` is a ``text/event-stream``. Opening it starts the agent's session
 (replacing a live one, which receives ``end`` with reason ``replaced``); the stream's end

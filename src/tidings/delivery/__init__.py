@@ -1,5 +1,5 @@
 """Delivery: every committed message reaches the agents it is owed to, and a mention of an
-agent member is never silently dropped (CONTRACT §2 Agent sessions, §5).
+agent member is never silently dropped (docs/api.md §3.6, §7.2).
 
 Modules:
   engine.py    Delivery: the engine the runtime builds; connect/disconnect/state/ack/owed

@@ -46,7 +46,7 @@ flushed before an edge and before a scan, and ``wait_idle`` waits for the flush 
 published progress covers only flushed events). Steers and delivers are queued when each
 event is handled, never held back.
 
-Fixed reference flaws (spec §4.6, README differences), each with its test:
+Failure cases this loop closes, each with its test:
 
 * O1 -- a mention of an agent outside its sweep set is recorded as owed whether the agent
   is live or not, and only its ack clears it. So a refused steer (queue full, session

@@ -15,7 +15,7 @@ And it answers the transport: ``connect``/``disconnect`` (the SSE stream's lifet
 (start scan, replay queued) and ``pump()`` then processes everything pending on the
 caller's thread, wakes included. Tests use it to be deterministic by construction.
 
-Acks are per agent, not per session (spec README difference 8): an ack is valid after the
+Acks are per agent, not per session: an ack is valid after the
 session that saw the message has ended, is idempotent, clears the owed mention even when
 the agent has no cursor in that channel, and answers 404 for an unknown message or one in
 a channel the agent neither belongs to nor is owed.

@@ -1,4 +1,4 @@
-"""The mention grammar (CONTRACT §2), written once; every routing path imports it.
+"""The mention grammar (docs/api.md §3.5), written once; every routing path imports it.
 
 * A mention is ``@handle`` anywhere in a text block, matched by
   ``(?i)@([a-z0-9][a-z0-9._-]*)`` and case-folded. There is no word boundary before the

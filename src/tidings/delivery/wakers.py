@@ -4,8 +4,8 @@ A wake is a latency improvement, never a guarantee: the durable state (the agent
 its owed mentions) is what the agent's next session is swept from, whether or not a wake
 worked. So wakes are best-effort and must never hold up delivery.
 
-**Reference flaw, fixed (spec README difference 4, §4.6 O5).** The reference wakes inline
-on its consumer loop, so a slow wake stalls every delivery behind a round trip. Here the
+**Wakes never run on the consumer loop:** waking inline there would stall every delivery
+behind a slow wake's round trip. Here the
 consumer only calls ``WakeDispatcher.request``, which checks the per-agent coalescing
 window and appends to a bounded queue; a few worker threads run the actual wakes. A wake
 that hangs blocks one worker until its timeout, never the consumer. Requests are

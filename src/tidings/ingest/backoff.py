@@ -1,6 +1,6 @@
 """Retry policy of the ingest worker: in-attempt transient retries, then in-process backoff.
 
-Two levels, as in the reference (spec ingest-reference §2.6-2.7):
+Two levels:
 
 * Within one attempt a transient database error is retried: at most ``ATTEMPTS`` = 4
   tries, ``TRANSIENT_SLEEPS_MS`` = 5, 10, 20 ms apart (35 ms in all).

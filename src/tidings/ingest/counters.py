@@ -1,4 +1,4 @@
-"""Per-bridge ingest counters (CONTRACT §2 Status: ``ingest.per_bridge.<bridge_id>``).
+"""Per-bridge ingest counters (docs/api.md §8.1: ``ingest.per_bridge.<bridge_id>``).
 
 In memory, reset on restart, like the reference's. ``deferred`` counts attempts that
 exhausted their transient retries, not frames currently waiting (that is the status's

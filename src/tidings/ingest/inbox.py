@@ -1,4 +1,4 @@
-"""Appending frames to the inbox: validation (CONTRACT §4.2) and the durable insert.
+"""Appending frames to the inbox: validation (docs/api.md §6) and the durable insert.
 
 A request's frames are all validated before anything is written; one bad frame fails the
 whole request with a 400 that names the frame and the reason, and nothing is appended.
@@ -166,7 +166,7 @@ def parse_frame(
     platform: str | None = None,
     codec_platforms: dict[str, str] | None = None,
 ) -> Frame:
-    """Validate one frame (CONTRACT §4.2); BadRequest/TooLarge naming frame ``index``."""
+    """Validate one frame (docs/api.md §6); BadRequest/TooLarge naming frame ``index``."""
 
     def bad(message: str) -> BadRequest:
         return BadRequest(f"frame {index}: {message}", code="bad_frame")

@@ -1,5 +1,5 @@
 """The projection: one decoded frame's events applied to the bridge tables, writing only
-what changed (spec §3; the write guards themselves live in the ``tidings.store`` modules
+what changed (the write guards themselves live in the ``tidings.store`` modules
 ``identities``, ``conversations``, ``bridge_messages``, ``reactions``, ``read_cursors``).
 
 The worker calls :func:`project_frame` inside the frame's one transaction and marks the
@@ -16,7 +16,7 @@ reactions, receipts.
 * **Identities** are canonicalised by ``tidings.ingest.events.identity_key`` (the one
   implementation), once per sighting: a ref the decoder built with ``identity_ref`` for
   this platform carries its proven ``kind``/``canonical``, any other is canonicalised
-  here. Merge rule of a new sighting (spec §3.3): ``raw`` is replaced,
+  here. Merge rule of a new sighting: ``raw`` is replaced,
   ``display_name`` only by a non-empty name, ``is_self`` only turns on. An unchanged
   identity is not written (the check uses the row read once per frame); a changed one goes
   through the guarded upsert. Anonymous reactors (``anon:<emoji>``) never get a row.
@@ -158,7 +158,7 @@ def message_id_for(bridge_id: str, remote_conversation_id: str, remote_message_i
 
 
 def infer_conversation_kind(platform: str, remote_conversation_id: str) -> str:
-    """The kind of a conversation first seen in a message (spec §3.4).
+    """The kind of a conversation first seen in a message.
 
     Signal: ``signal-group:`` is a group, anything else direct. WhatsApp: a ``@g.us`` chat
     is a group, ``@broadcast`` a broadcast, anything else direct. Google ids are opaque:

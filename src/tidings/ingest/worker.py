@@ -6,7 +6,7 @@ When it drains
   ``FakeClock`` the timer is the clock's listener (moving the clock wakes the thread);
   with the real clock it is the wait's timeout.
 
-How it drains (spec ingest-reference §2.3, our code)
+How it drains
   From the zero cursor it pages *positions only*, ``PAGE_SIZE`` = 256 at a time, with the
   row-value cursor ``(received_at_ms, inbox_id) > (:after_ms, :after_id)`` over the
   partial index of unprocessed rows, and loads one frame at a time by primary key. A
@@ -14,7 +14,7 @@ How it drains (spec ingest-reference §2.3, our code)
   decoded. After the walk, retry entries of frames no longer listed (processed elsewhere)
   are pruned.
 
-One frame, one transaction (spec README, difference 5)
+One frame, one transaction
   Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
   projection's rows and the processed mark commit together or not at all. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole

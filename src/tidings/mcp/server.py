@@ -1,4 +1,4 @@
-"""The MCP tools (CONTRACT §3), built once and served over Streamable HTTP and stdio.
+"""The MCP tools (docs/api.md §5), built once and served over Streamable HTTP and stdio.
 
 ``build_server(runtime, resolve)`` returns an ``MCPServer`` whose tools call the hub's own
 use cases, so the MCP surface has exactly the HTTP API's rules:

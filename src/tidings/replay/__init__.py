@@ -1,1 +1,1 @@
-"""Replay harness and synthetic corpus generation (issue 5; CONTRACT §1, §6)."""
+"""Replay harness and synthetic corpus generation (docs/api.md §1, §8.3)."""

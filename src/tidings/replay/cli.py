@@ -1,8 +1,8 @@
 """``tidings replay``: the replay harness and the store comparison, as commands.
 
 * ``tidings replay CORPUS.jsonl --out STORE --metrics FILE.json [--stuck N]`` runs
-  ``harness.replay`` with a progress bar, prints a summary and writes the metrics (CONTRACT
-  §6). Exit 1 when a frame is left unprocessed (with ``--stuck``: after the restart).
+  ``harness.replay`` with a progress bar, prints a summary and writes the metrics (docs/api.md
+  §8.3). Exit 1 when a frame is left unprocessed (with ``--stuck``: after the restart).
 * ``tidings replay compare A B [--ignore table.column ...] [--report FILE.json]`` diffs two
   stores table by table. Exit 0 when identical (modulo the ignored columns), 1 otherwise.
 

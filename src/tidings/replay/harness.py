@@ -1,7 +1,7 @@
 """The replay harness: a corpus of frames through the real ingest, into a fresh store, measured.
 
 ``replay(ReplayConfig(...))`` is ``tidings replay CORPUS --out STORE --metrics FILE``
-(CONTRACT §1, §6; spec ingest-reference §6.1, our code):
+(docs/api.md §1, §8.3; our code):
 
 * **A fresh store.** ``--out`` is a SQLite path that must not exist, or the URL of an
   empty PostgreSQL database. It gets one bridge per platform, with ids derived from the
@@ -587,7 +587,7 @@ Progress = Callable[[int, int], None]
 
 
 def replay(config: ReplayConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run one replay; return the metrics (CONTRACT §6 keys plus extras)."""
+    """Run one replay; return the metrics (docs/api.md §8.3 keys plus extras)."""
     if config.stuck < 0:
         raise ReplayError("--stuck must be at least 0", usage=True)
     if config.stuck_at not in STUCK_AT:

@@ -1,6 +1,6 @@
 """Deterministic synthetic corpus of bridge frames: ``tidings corpus synth``.
 
-The corpus stands in for a capture of the three bridges (CONTRACT §1, §4.2, §6; issue 5).
+The corpus stands in for a capture of the three bridges (docs/api.md §1, §6, §8.3).
 Each line is one frame ``{"codec", "codec_version": 1, "dedupe_key", "received_at_ms",
 "payload"}`` whose payload copies what the real tools emit, as read by the decoders in
 ``tidings.ingest.decoders`` (signal-cli JSON-RPC ``receive`` notifications, whatsmeow
@@ -55,7 +55,7 @@ The model
   and about 0.5% of frames are malformed (a truncated JSON string payload, a wrong type,
   a missing required field, an unknown codec or version, a JSON string payload holding
   an array), each of which the decoders reject with a ``DecodeError``. Every frame,
-  malformed or not, keeps the CONTRACT §4.2 frame shape (payload an object or a string),
+  malformed or not, keeps the docs/api.md §6 frame shape (payload an object or a string),
   so a bridge could append it and the worker quarantines it.
 
 ``synthesize(frames, seed)`` returns the lines and a :class:`SynthStats`;

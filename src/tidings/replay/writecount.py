@@ -1,4 +1,4 @@
-"""Row-write counting with triggers, on SQLite and PostgreSQL (spec §6.3's technique).
+"""Row-write counting with triggers, on SQLite and PostgreSQL.
 
 Two counters share one idea: an AFTER INSERT / UPDATE / DELETE row trigger per table
 records every row the database actually wrote. An upsert that takes its ``DO NOTHING``

@@ -1,6 +1,6 @@
 """Bridge conversations and their rosters: rows, guarded writes, and the read queries.
 
-Write guards (spec §3.4, §3.5, §3.7), each statement built once:
+Write guards, each statement built once:
 
 * ``upsert`` updates kind, title and remote_revision only when one of them differs
   (``CONVERSATION_GUARD``), so ``updated_at_ms`` is the time of the last content change;

@@ -1,6 +1,6 @@
 """Reactions on bridge messages: one row per (message, reactor), removals as tombstones.
 
-Two modes (spec §3.8):
+Two modes:
 
 * **delta** (Signal, WhatsApp) — ``apply_delta``: last writer wins by occurrence time. A
   strictly newer event always writes; an equal time writes only when the content differs

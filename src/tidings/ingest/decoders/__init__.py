@@ -1,6 +1,6 @@
 """Frame decoders: one pure decoder per codec, and the entry point the worker calls.
 
-``DECODERS`` maps a codec name (CONTRACT §4.2) to its decoder::
+``DECODERS`` maps a codec name (docs/api.md §6) to its decoder::
 
     signal.jsonrpc  -> signal_jsonrpc.SignalJsonRpcDecoder   (platform "signal")
     whatsapp.event  -> whatsapp_event.WhatsAppEventDecoder    (platform "whatsapp")

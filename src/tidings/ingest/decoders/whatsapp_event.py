@@ -4,7 +4,7 @@ What it reads
 -------------
 The bridge flattens whatsmeow's ``events.Message`` / ``events.Receipt`` (their
 ``MessageInfo``/``MessageSource``: Chat, Sender, ID, Timestamp, IsFromMe, IsGroup,
-PushName; a receipt's MessageIDs and Type) into the CONTRACT §4.2 shape::
+PushName; a receipt's MessageIDs and Type) into the docs/api.md §6 shape::
 
     {"kind": "message"|"receipt"|"history_sync", "chat_jid", "sender_jid",
      "message_id", "timestamp_ms", "is_from_me", "is_group", "push_name",
