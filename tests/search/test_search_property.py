@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_projection_support import World, delete, make_account, msg, ref
 
@@ -80,6 +80,11 @@ def _reset(cast, member_sets, bridge_owners):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(member_sets=memberships, bridge_owners=owners, msgs=messages, query=st.sampled_from(QUERIES),
        caller=st.sampled_from(CALLERS))
+# Always tried, whatever the random draw: a matching message in a channel the caller is not
+# in, and one in a bridge another person owns (the two ways a search could over-share).
+@example(member_sets=[{"alice"}, set(), set()], bridge_owners=("bob", None),
+         msgs=[("hub", 0, "pumpkin", False), ("hub", 1, "pumpkin", False), ("bridge", 0, "pumpkin", False)],
+         query="pump", caller="alice")
 def test_search_returns_exactly_the_readable_matching_messages(cast, member_sets, bridge_owners, msgs, query, caller):
     rt = cast["rt"]
     _reset(cast, member_sets, bridge_owners)
