@@ -61,14 +61,20 @@ def _message_in(tx: Tx, channel_id: str, message_id: Any) -> dict[str, Any]:
     return row
 
 
+def _locked_for_change(tx: Tx, principal: Principal, channel_id: Any, message_id: Any) -> tuple[str, dict[str, Any]]:
+    """The channel id and the message row of a pin change the caller may make, with the
+    channel's pin lock held for the rest of ``tx`` (the one prologue of pin and unpin)."""
+    channel = visible_channel(tx, principal, channel_id)
+    _may_change(principal, channel)
+    cid = channel["id"]
+    pins_store.lock_channel(tx, cid)
+    return cid, _message_in(tx, cid, message_id)
+
+
 def pin(store: Store, bus: Bus, principal: Principal, channel_id: Any, message_id: Any) -> dict[str, Any]:
     """Pin a message of the channel last; idempotent; 409 past ``MAX_PINS``."""
     with store.write() as tx:
-        channel = visible_channel(tx, principal, channel_id)
-        _may_change(principal, channel)
-        cid = channel["id"]
-        pins_store.lock_channel(tx, cid)
-        row = _message_in(tx, cid, message_id)
+        cid, row = _locked_for_change(tx, principal, channel_id, message_id)
         created = False
         if not pins_store.is_pinned(tx, cid, row["id"]):
             if row["deleted_at_ms"] is not None:
@@ -89,11 +95,7 @@ def pin(store: Store, bus: Bus, principal: Principal, channel_id: Any, message_i
 def unpin(store: Store, bus: Bus, principal: Principal, channel_id: Any, message_id: Any) -> dict[str, Any]:
     """Remove a pin; idempotent (``removed`` says whether there was one)."""
     with store.write() as tx:
-        channel = visible_channel(tx, principal, channel_id)
-        _may_change(principal, channel)
-        cid = channel["id"]
-        pins_store.lock_channel(tx, cid)
-        row = _message_in(tx, cid, message_id)
+        cid, row = _locked_for_change(tx, principal, channel_id, message_id)
         removed = pins_store.remove_pin(tx, cid, row["id"])
         if removed:
             event = PinsChanged(cid, row["id"], False)
