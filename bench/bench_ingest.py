@@ -28,6 +28,7 @@ from benchlib import (
     PROJECTED_TABLES,
     Databases,
     Reporter,
+    floor,
     inbox_outcomes,
     latency_ms,
     ratio,
@@ -522,6 +523,12 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
     for backend in backends:
         label = backend
         ours_url = dbs.fresh(backend, "ingest_ours")
+        limits = floor(ours_url)
+        reporter.note(
+            f"floor [{label}]: a statement {limits['round_trip_us']:.0f} µs, a durable commit "
+            f"{limits['commit_us']:.0f} µs, so at most {limits['one_commit_a_frame_ceiling_per_s']:,.0f} "
+            "commits/s one after another"
+        )
         profile = f"{profile_dir}/ingest_ours_{backend}.html" if profile_dir else None
         ours = run_ours(ours_url, parsed, reporter, label, profile)
         reporter.note(
@@ -560,7 +567,7 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
         reporter.note(f"ingest raw [{label}]: {raw['frames_per_s']:,.0f} frames/s ({raw['rows_inserted']:,} rows)")
         dbs.drop(raw_url)
         entry: dict[str, Any] = {"ours": ours, "ours_batched": batched, "raw": raw, "raw_per_frame": raw_per_frame,
-                                 "concurrent": concurrent}
+                                 "concurrent": concurrent, "floor": limits}
         if backend in naive_on:
             naive_url = dbs.fresh(backend, "ingest_naive")
             naive = run_naive(naive_url, parsed, reporter, label)
