@@ -468,8 +468,8 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("1 ingest", "a statement, µs (driver, no work)", backend, lim["round_trip_us"],
                 "psycopg pipeline of 4, per statement" if "pipelined_us" in lim else "",
                 lim.get("pipelined_us"), digits=1)
-            add("1 ingest", "a commit, µs (the store's own durability)", backend, lim["commit_us"], "commits/s, one after another",
-                lim["one_commit_a_frame_ceiling_per_s"], digits=0)
+            add("1 ingest", "a commit, µs (the store's own durability)", backend, lim["commit_us"],
+                "commits/s, one after another", lim["one_commit_a_frame_ceiling_per_s"], digits=0)
         rpf = ing.get("raw_per_frame")
         if rpf:
             add("1 ingest", "frames/s", backend, fps, "raw, one commit a frame", rpf["frames_per_s"],
