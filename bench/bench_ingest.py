@@ -28,6 +28,7 @@ from benchlib import (
     PROJECTED_TABLES,
     Databases,
     Reporter,
+    floor,
     inbox_outcomes,
     latency_ms,
     ratio,
@@ -244,6 +245,90 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
     }
 
 
+# -- concurrent clients, one frame a request (group commit) ----------------------------------------
+CLIENTS = 4
+GROUPED = 64  # the group-commit cap of the "grouped" run (the hub's default is 1: off)
+
+
+def run_concurrent(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str,
+                   clients: int = CLIENTS, group_commit: int | None = None, frames: int | None = None,
+                   ) -> dict[str, Any]:
+    """``clients`` bridges' connectors at once, each sending one frame a request and
+    waiting for its answer before the next, as a real connector does: client ``c`` sends
+    the first ``frames`` frames of the corpus into its own three bridges (one per
+    platform), on its own thread, in corpus order. ``group_commit``: the ingest's
+    ``GroupCommit`` cap (None: the hub's default; 1: every request commits alone).
+    The store runs on the system clock (the threads cannot share a pinned one), so only
+    row counts and outcomes are checked, not content."""
+    import threading
+
+    from tidings.bridges.registry import create_bridge
+    from tidings.errors import TidingsError
+    from tidings.ingest.engine import Ingest
+    from tidings.store.engine import Store
+
+    work = parsed if frames is None else parsed[:frames]
+    store = Store(url)
+    ingest = Ingest(store=store, group_commit=group_commit)
+    platform_of = ingest.codec_platforms()
+    bridges = [
+        {p: create_bridge(store, platform=p, name=f"client {c} {p}")["id"] for p in ("signal", "whatsapp", "google")}
+        for c in range(clients)
+    ]
+    routes = [None if raw is None else _route(raw, platform_of) for raw in work]
+    rejected = [0] * clients
+    total = clients * len(work)
+    meter_before = store.meter.snapshot()
+    commits_before = store.commits
+    start = threading.Barrier(clients + 1)
+
+    def client(c: int) -> None:
+        mine = bridges[c]
+        start.wait()
+        for raw, platform in zip(work, routes, strict=True):
+            if raw is None or platform not in mine:
+                rejected[c] += 1
+                continue
+            try:
+                ingest.append_body(mine[platform], raw, platform)
+            except TidingsError:
+                rejected[c] += 1
+
+    what = "grouped" if group_commit != 1 else "one commit a request"
+    with reporter.step(f"ingest: {clients} clients, 1 frame a request, {what}, on {label}", total) as update:
+        threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+        for t in threads:
+            t.start()
+        start.wait()
+        started = time.perf_counter()
+        for t in threads:
+            t.join()
+        ingest.drain()  # whatever a request left to the worker (none, without faults)
+        wall = time.perf_counter() - started
+        update(total)
+    commits = store.commits - commits_before
+    sent = _sent(store, meter_before, total)
+    group = ingest.group.stats()
+    ingest.stop()
+    store.dispose()
+    outcomes = inbox_outcomes(url)
+    return {
+        "clients": clients,
+        "frames": total,
+        "group_commit": group_commit,
+        "wall_s": round(wall, 3),
+        "frames_per_s": round(total / wall, 1),
+        "commits": commits,
+        "commits_per_frame": round(commits / total, 4),
+        "appends_per_commit": round(group["members"] / max(group["commits"], 1), 2),
+        "largest_group": group["largest"],
+        **sent,
+        "rejected_at_append": sum(rejected),
+        "outcomes": outcomes,
+        "unprocessed": outcomes["unprocessed"],
+    }
+
+
 # -- raw --------------------------------------------------------------------------------------------
 def dump(url: str) -> dict[str, tuple[list[str], list[tuple]]]:
     """Every row of the ingest tables: {table: (columns, rows)}."""
@@ -299,6 +384,53 @@ def run_raw(url: str, rows: dict[str, tuple[list[str], list[tuple]]], frames: in
         "rows_per_s": round(total_rows / wall, 1),
         "commits": 1,
         "commits_per_frame": round(1 / frames, 6),
+    }
+
+
+def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], frames: int, reporter: Reporter,
+                      label: str) -> dict[str, Any]:
+    """The floor of ONE FRAME A REQUEST: the same rows as ``run_raw``, inserted with plain
+    DBAPI ``execute`` (a statement a row) in ``frames`` transactions, one commit each, as
+    ``frames`` requests that each must be durable before their answer would be. On
+    PostgreSQL this is one round trip a row plus one durable commit (WAL flush) a frame,
+    with no decoding, no guards and no reads: no per-frame ingest can beat it."""
+    from tidings.store.engine import Store
+
+    Store(url).dispose()
+    flat = [(table, columns, row) for table, (columns, data) in rows.items() for row in data]
+    conn = raw_connect(url)
+    postgres = not isinstance(conn, __import__("sqlite3").Connection)
+    mark = "%s" if postgres else "?"
+    sql = {table: f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+           for table, (cols, _data) in rows.items()}
+    per = max(1, -(-len(flat) // frames))  # rows per frame, rounded up
+    with reporter.step(f"ingest: raw, one commit a frame, on {label}", frames) as update:
+        started = time.perf_counter()
+        commits = 0
+        for first in range(0, len(flat), per):
+            chunk = flat[first:first + per]
+            if postgres:
+                with conn.transaction():
+                    for table, _cols, row in chunk:
+                        conn.execute(sql[table], row)
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+                for table, _cols, row in chunk:
+                    conn.execute(sql[table], row)
+                conn.execute("COMMIT")
+            commits += 1
+            if commits % 256 == 0:
+                update(commits)
+        wall = time.perf_counter() - started
+        update(frames)
+    conn.close()
+    return {
+        "frames": frames,
+        "rows_inserted": len(flat),
+        "rows_per_frame": round(len(flat) / frames, 2),
+        "wall_s": round(wall, 4),
+        "frames_per_s": round(frames / wall, 1),
+        "commits": commits,
     }
 
 
@@ -391,6 +523,12 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
     for backend in backends:
         label = backend
         ours_url = dbs.fresh(backend, "ingest_ours")
+        limits = floor(ours_url)
+        reporter.note(
+            f"floor [{label}]: a statement {limits['round_trip_us']:.0f} µs, a durable commit "
+            f"{limits['commit_us']:.0f} µs, so at most {limits['one_commit_a_frame_ceiling_per_s']:,.0f} "
+            "commits/s one after another"
+        )
         profile = f"{profile_dir}/ingest_ours_{backend}.html" if profile_dir else None
         ours = run_ours(ours_url, parsed, reporter, label, profile)
         reporter.note(
@@ -406,13 +544,30 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
             f"{batched['commits_per_frame']:.3f} commits/frame, unprocessed {batched['unprocessed']}"
         )
         dbs.drop(batched_url)
+        concurrent: dict[str, Any] = {}
+        for key, cap in (("grouped", GROUPED), ("alone", 1)):
+            conc_url = dbs.fresh(backend, f"ingest_concurrent_{key}")
+            concurrent[key] = run_concurrent(conc_url, parsed, reporter, label, group_commit=cap,
+                                             frames=max(1, frames // CLIENTS))
+            dbs.drop(conc_url)
+        reporter.note(
+            f"ingest, {CLIENTS} clients, 1 frame a request [{label}]: grouped "
+            f"{concurrent['grouped']['frames_per_s']:,.0f} frames/s "
+            f"({concurrent['grouped']['appends_per_commit']:.2f} appends a commit), one commit a request "
+            f"{concurrent['alone']['frames_per_s']:,.0f} frames/s"
+        )
         rows = dump(ours_url)
         raw_url = dbs.fresh(backend, "ingest_raw")
         raw = run_raw(raw_url, rows, frames, reporter, label)
+        raw_frames_url = dbs.fresh(backend, "ingest_raw_per_frame")
+        raw_per_frame = run_raw_per_frame(raw_frames_url, rows, frames, reporter, label)
+        reporter.note(f"ingest raw, one commit a frame [{label}]: {raw_per_frame['frames_per_s']:,.0f} frames/s")
+        dbs.drop(raw_frames_url)
         del rows
         reporter.note(f"ingest raw [{label}]: {raw['frames_per_s']:,.0f} frames/s ({raw['rows_inserted']:,} rows)")
         dbs.drop(raw_url)
-        entry: dict[str, Any] = {"ours": ours, "ours_batched": batched, "raw": raw}
+        entry: dict[str, Any] = {"ours": ours, "ours_batched": batched, "raw": raw, "raw_per_frame": raw_per_frame,
+                                 "concurrent": concurrent, "floor": limits}
         if backend in naive_on:
             naive_url = dbs.fresh(backend, "ingest_naive")
             naive = run_naive(naive_url, parsed, reporter, label)
@@ -435,7 +590,9 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
         entry["ratios"] = {
             "ours_over_naive": ratio(ours["frames_per_s"], entry.get("naive", {}).get("frames_per_s")),
             "ours_over_raw": ratio(ours["frames_per_s"], raw["frames_per_s"], 3),
+            "ours_over_raw_per_frame": ratio(ours["frames_per_s"], raw_per_frame["frames_per_s"], 3),
             "batched_over_ours": ratio(batched["frames_per_s"], ours["frames_per_s"]),
+            "grouped_over_alone": ratio(concurrent["grouped"]["frames_per_s"], concurrent["alone"]["frames_per_s"]),
             "commits_per_frame_naive_over_ours": ratio(
                 entry.get("naive", {}).get("commits_per_frame"), ours["commits_per_frame"]
             ),

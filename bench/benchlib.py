@@ -279,3 +279,59 @@ def configure_logs() -> None:
 
 def python_executable() -> str:
     return sys.executable
+
+
+def floor(url: str, statements: int = 2000, commits: int = 500) -> dict[str, Any]:
+    """What one statement and one durable commit cost on this backend right now, measured
+    with the plain DBAPI driver on a scratch table (created and dropped here): the limits
+    no per-frame code can go under. ``round_trip_us``: ``SELECT 1`` inside a transaction
+    (PostgreSQL: one network round trip; SQLite: one library call). ``commit_us``: a
+    one-row INSERT and its COMMIT (PostgreSQL: a WAL flush, ``synchronous_commit=on``;
+    SQLite: WAL with ``synchronous=NORMAL``, the store's own settings).
+    ``pipelined_us``: per statement, four ``SELECT``s sent in one psycopg pipeline
+    (PostgreSQL only)."""
+    conn = raw_connect(url)
+    postgres = not isinstance(conn, sqlite3.Connection)
+    mark = "%s" if postgres else "?"
+    perf = time.perf_counter
+    try:
+        if not postgres:
+            conn.execute("PRAGMA journal_mode=WAL")  # the store's own mode (raw_connect sets the rest)
+        conn.execute("CREATE TABLE bench_floor (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        out: dict[str, Any] = {}
+        if postgres:
+            with conn.transaction():
+                t0 = perf()
+                for _ in range(statements):
+                    conn.execute("SELECT 1").fetchone()
+                out["round_trip_us"] = round((perf() - t0) / statements * 1e6, 1)
+                t0 = perf()
+                for i in range(0, statements, 4):
+                    with conn.pipeline():
+                        curs = [conn.execute("SELECT %s::int", (i + k,)) for k in range(4)]
+                    for cur in curs:
+                        cur.fetchone()
+                out["pipelined_us"] = round((perf() - t0) / statements * 1e6, 1)
+            t0 = perf()
+            for i in range(commits):
+                with conn.transaction():
+                    conn.execute(f"INSERT INTO bench_floor VALUES ({mark}, 'x')", (i,))
+            out["commit_us"] = round((perf() - t0) / commits * 1e6, 1)
+        else:
+            conn.execute("BEGIN")
+            t0 = perf()
+            for _ in range(statements):
+                conn.execute("SELECT 1").fetchone()
+            out["round_trip_us"] = round((perf() - t0) / statements * 1e6, 1)
+            conn.execute("COMMIT")
+            t0 = perf()
+            for i in range(commits):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(f"INSERT INTO bench_floor VALUES ({mark}, 'x')", (i,))
+                conn.execute("COMMIT")
+            out["commit_us"] = round((perf() - t0) / commits * 1e6, 1)
+        out["one_commit_a_frame_ceiling_per_s"] = round(1e6 / out["commit_us"], 1)
+        conn.execute("DROP TABLE bench_floor")
+        return out
+    finally:
+        conn.close()

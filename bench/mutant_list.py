@@ -792,3 +792,34 @@ add("batch.speculative_order_check_ignored", ON_APPEND,
     backend="postgres",
     why="PostgreSQL's speculative apply on append reads the order check but keeps the frame applied: "
         "a new frame applies before an older unprocessed one of its bridge")
+
+# == issue 12: group commit (D97) and the echo lock (D98) ======================================
+GROUP_SRC = "src/tidings/ingest/group_commit.py"
+GROUP = "tests/ingest/test_group_commit.py"
+add("group.member_savepoint_dropped", GROUP_SRC,
+    "                        with tx.savepoint():\n                            member.value = member.work(tx)",
+    "                        if True:\n                            member.value = member.work(tx)",
+    t(GROUP, "test_a_member_that_raises_leaves_nothing_behind_and_gets_its_own_error"),
+    backend="both",
+    why="a shared transaction runs a member without its own savepoint: a member that raises leaves its "
+        "writes behind in the others' commit")
+add("group.lost_transaction_unnoticed", GROUP_SRC,
+    "                    if not tx.active():\n",
+    "                    if False:\n",
+    t(GROUP, "test_a_member_that_fails_inside_a_shared_transaction_runs_again_alone"),
+    backend="both",
+    why="a member ended the shared transaction under the group: later members autocommit piecemeal and "
+        "are applied twice")
+add("group.out_of_arrival_order", GROUP_SRC,
+    "                    batch = self._queue[: self.max_members]\n",
+    "                    batch = self._queue[: self.max_members][::-1]\n",
+    t(GROUP, "test_appends_of_one_bridge_in_one_group_are_applied_in_the_order_they_arrived"),
+    backend="both",
+    why="a shared transaction runs its members last first: one bridge's appends apply out of receipt order")
+add("echo.lock_after_read", "src/tidings/bridges/echo.py",
+    "    _serialize(tx, conversation_id)\n    rows = outbox_store.echo_candidates(",
+    "    rows = outbox_store.echo_candidates(",
+    t("tests/ingest/test_fast_path.py",
+      "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
+    backend="postgres",
+    why="the echo read runs without its per-conversation lock: an echo and its send report can miss each other")

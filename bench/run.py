@@ -376,6 +376,12 @@ def checks(results: dict[str, Any]) -> dict[str, Any]:
             found[f"ingest.{backend}.ours.unprocessed"] = ing["ours"]["unprocessed"] == 0
             if "ours_batched" in ing:
                 found[f"ingest.{backend}.batched.unprocessed"] = ing["ours_batched"]["unprocessed"] == 0
+            for key, conc in ing.get("concurrent", {}).items():
+                found[f"ingest.{backend}.concurrent_{key}.unprocessed"] = conc["unprocessed"] == 0
+            conc = ing.get("concurrent")
+            if conc:  # both runs stored the same: grouping changes commits, never rows
+                found[f"ingest.{backend}.concurrent.same_outcomes"] = (
+                    conc["grouped"]["outcomes"] == conc["alone"]["outcomes"])
             if "naive" in ing:
                 found[f"ingest.{backend}.naive.unprocessed"] = ing["naive"]["unprocessed"] == 0
                 found[f"ingest.{backend}.naive.same_row_counts"] = ing["naive"]["rows_equal"]
@@ -457,6 +463,17 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"×{ing['ratios']['ours_over_naive']}", target, met)
         add("1 ingest", "frames/s", backend, fps, "raw executemany", raw["frames_per_s"],
             f"×{ing['ratios']['ours_over_raw']}", target if not naive else "", met if not naive else None)
+        lim = ing.get("floor")
+        if lim:
+            add("1 ingest", "a statement, µs (driver, no work)", backend, lim["round_trip_us"],
+                "psycopg pipeline of 4, per statement" if "pipelined_us" in lim else "",
+                lim.get("pipelined_us"), digits=1)
+            add("1 ingest", "a commit, µs (the store's own durability)", backend, lim["commit_us"],
+                "commits/s, one after another", lim["one_commit_a_frame_ceiling_per_s"], digits=0)
+        rpf = ing.get("raw_per_frame")
+        if rpf:
+            add("1 ingest", "frames/s", backend, fps, "raw, one commit a frame", rpf["frames_per_s"],
+                f"×{ing['ratios']['ours_over_raw_per_frame']}")
         if "round_trips_per_frame" in ours:
             add("1 ingest", "round trips/frame", backend, ours["round_trips_per_frame"], "statements/frame",
                 ours["statements_per_frame"], digits=2)
@@ -467,6 +484,13 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             if "round_trips_per_frame" in batched:
                 add("1 ingest", f"round trips/frame, {batched['frames_per_request']} a request", backend,
                     batched["round_trips_per_frame"], "statements/frame", batched["statements_per_frame"], digits=2)
+        conc = ing.get("concurrent")
+        if conc:
+            g, a = conc["grouped"], conc["alone"]
+            add("1 ingest", f"frames/s, 1 a request, {g['clients']} clients at once", backend, g["frames_per_s"],
+                "one commit a request", a["frames_per_s"], f"×{ing['ratios']['grouped_over_alone']}")
+            add("1 ingest", f"appends per commit, {g['clients']} clients at once", backend,
+                g["appends_per_commit"], "commits/frame", g["commits_per_frame"], digits=2)
         cpf = ours["commits_per_frame"]
         add("1 ingest", "commits/frame", backend, cpf, "naive per-frame" if naive else "raw (1 tx)",
             naive["commits_per_frame"] if naive else raw["commits_per_frame"],

@@ -258,6 +258,33 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
     assert outcomes(store) == {"applied": 2}
 
 
+def sync_sent_body(n: int) -> dict:
+    payload = json.loads((FIXTURES / "signal_sync_sent_direct.json").read_text())
+    env = payload["params"]["envelope"]
+    env["timestamp"] += n
+    env["syncMessage"]["sentMessage"]["timestamp"] += n
+    env["syncMessage"]["sentMessage"]["message"] = f"sent {n}"
+    return {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": f"s{n}", "payload": payload}
+
+
+def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read(store, ingest):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, sync_sent_body(0), "signal")  # first sighting: mints the rows
+    before = store.meter.snapshot()
+    ingest.append_body(bridge, sync_sent_body(1), "signal")
+    after = store.meter.snapshot()
+    sent = {k: after[k] - before[k] for k in after}
+    if store.dialect == "postgresql":
+        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [sender read, recency bump]
+        # [echo lock, echo read] [message insert] COMMIT: the echo lock costs no round trip.
+        assert sent == {"statements": 11, "round_trips": 5, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, recency bump, sender read,
+        # echo read, message insert, RELEASE, COMMIT (SQLite has one writer: no echo lock).
+        assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
+    assert outcomes(store) == {"applied": 2}
+
+
 def test_an_unknown_bridge_is_404_every_time_and_never_remembered(store, ingest):
     with pytest.raises(NotFound):
         ingest.append_body("br_nope", signal_body(0), "signal")

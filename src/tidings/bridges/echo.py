@@ -71,7 +71,9 @@ def _serialize(tx: Tx, conversation_id: str) -> None:
     one transaction-scoped lock per conversation. SQLite has one writer already."""
     if tx.dialect == "postgresql":
         key = int.from_bytes(hashlib.sha256(("echo:" + conversation_id).encode()).digest()[:8], "big", signed=True)
-        tx.execute(_LOCK, {"key": key})
+        # Nobody reads the lock's result: it goes out in the round trip of the read that
+        # follows it, and is taken before that read runs (a pipeline runs in order).
+        tx.defer(_LOCK, {"key": key})
 
 
 _PROJECTED = Stmt(

@@ -9,6 +9,15 @@ Tests may build ``Ingest(store=..., decode=..., project=..., sleep=...)`` withou
 runtime. ``TIDINGS_INGEST_GROUP=N`` sets the worker's group size (frames per
 transaction, default 1; see ``worker.py``).
 
+Group commit (off by default): with ``TIDINGS_INGEST_GROUP_COMMIT=N`` (N > 1), appends
+that arrive while another append's transaction runs share the next transaction and its
+one commit, each in its own savepoint (``group_commit.py``), at most N a group; an append
+that finds none running commits alone at once, so nothing waits for a group to fill. It is
+off because it measured slower (``bench/run.py``, section 1, "clients at once"; D97):
+PostgreSQL already flushes the WAL of concurrent commits together and runs their
+statements in parallel, which one shared transaction on one thread gives up, and a SQLite
+commit in WAL mode costs too little to be worth sharing.
+
 Apply on append (``apply_on_append=True``, the default): the append transaction also
 applies its new frames through the worker's one "apply a frame" (``on_append.insert_applied``),
 each in a SAVEPOINT, when the bridge has no older unprocessed frame (one waiting out its
@@ -44,10 +53,16 @@ from ..store import inbox as inbox_store
 from ..store.engine import Dedicated, Store, Tx
 from .counters import BridgeCounters
 from .decoders import DECODERS
+from .group_commit import GroupCommit
 from .inbox import MAX_FRAME_BYTES, AppendResult, Frame, append_frames, frames_of_body, parse_frame
 from .worker import DrainStats, Worker
 
 log = structlog.get_logger("tidings.ingest")
+
+
+#: The most appends one shared transaction takes (``TIDINGS_INGEST_GROUP_COMMIT``). 1, the
+#: default: none shared, since sharing measured slower on both backends (decision D97).
+GROUP_COMMIT_MEMBERS = 1
 
 
 class _ApplyBroke(Exception):
@@ -60,6 +75,15 @@ def _group_from_env() -> int:
         return 1
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"TIDINGS_INGEST_GROUP must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _group_commit_from_env() -> int:
+    raw = os.environ.get("TIDINGS_INGEST_GROUP_COMMIT", "").strip()
+    if not raw:
+        return GROUP_COMMIT_MEMBERS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"TIDINGS_INGEST_GROUP_COMMIT must be a positive integer, got {raw!r}")
     return int(raw)
 
 
@@ -113,6 +137,7 @@ class Ingest:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         apply_on_append: bool = True,
         inbox_ids: Callable[[int], str] | None = None,
+        group_commit: int | None = None,
         **worker_options: Any,
     ) -> None:
         if store is None:
@@ -134,6 +159,9 @@ class Ingest:
         self.worker = Worker(store, counters=self.counters, faults=self.faults, **worker_options)
         self._codec_platforms: dict[str, str] | None = None
         self._connections = _AppendConnections(store) if store.dialect == "sqlite" else None
+        if group_commit is None:
+            group_commit = _group_commit_from_env()
+        self.group = GroupCommit((self._connections or store).write, max_members=group_commit, faults=self.faults)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -202,24 +230,28 @@ class Ingest:
         return results
 
     def _append(self, bridge_id: str, frames: list[Frame], apply: bool) -> tuple[list[AppendResult], int]:
-        """One append transaction; returns the results and how many new frames it left
-        unprocessed. Raises ``_ApplyBroke`` when the apply step failed the transaction."""
+        """One append, in a write transaction that concurrent appends may share
+        (``group_commit.GroupCommit``: one commit for all, each append in its own
+        savepoint); returns the results and how many new frames it left unprocessed once
+        that transaction committed. Raises ``_ApplyBroke`` when the apply step failed."""
+        return self.group.run(lambda tx: self._append_in(tx, bridge_id, frames, apply))
+
+    def _append_in(self, tx: Tx, bridge_id: str, frames: list[Frame], apply: bool) -> tuple[list[AppendResult], int]:
         platform_of = self.worker.bridge_platform
-        with (self._connections or self.store).write() as tx:
-            if not apply:
-                results = append_frames(
-                    tx, bridge_id, frames, self.store.now_ms(), self.inbox_ids, bridge_platform=platform_of
-                )
-                return results, sum(1 for r in results if not r.replay)
-            inbox_store.lock_bridge_appends(tx, bridge_id)
-            now = self.store.now_ms()
-            applier = self.worker.appender(bridge_id, now)
-            try:
-                results = append_frames(tx, bridge_id, frames, now, self.inbox_ids, applier, platform_of)
-            except TidingsError:
-                raise  # an unknown bridge: the same answer as without apply on append
-            except Exception as exc:
-                raise _ApplyBroke() from exc
+        if not apply:
+            results = append_frames(
+                tx, bridge_id, frames, self.store.now_ms(), self.inbox_ids, bridge_platform=platform_of
+            )
+            return results, sum(1 for r in results if not r.replay)
+        inbox_store.lock_bridge_appends(tx, bridge_id)
+        now = self.store.now_ms()
+        applier = self.worker.appender(bridge_id, now)
+        try:
+            results = append_frames(tx, bridge_id, frames, now, self.inbox_ids, applier, platform_of)
+        except TidingsError:
+            raise  # an unknown bridge: the same answer as without apply on append
+        except Exception as exc:
+            raise _ApplyBroke() from exc
         return results, applier.left
 
     # -- status ----------------------------------------------------------------------------

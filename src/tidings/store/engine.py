@@ -124,6 +124,7 @@ _NO_METER = Meter()  # for a Tx built without a store (tests); never read
 # psycopg's TransactionStatus.IDLE: no transaction open, so the next statement of a
 # non-autocommit connection is preceded by an implicit BEGIN.
 _PG_IDLE = 0
+_PG_INTRANS = 2  # psycopg's TransactionStatus.INTRANS: a transaction is open and healthy
 
 
 class Tx:
@@ -135,7 +136,7 @@ class Tx:
     statement it sends. ``_ahead`` maps a read-ahead read's key to its cursor, used once.
     """
 
-    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter")
+    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun")
 
     def __init__(self, dbapi: Any, dialect: str, meter: Meter | None = None) -> None:
         self.dbapi = dbapi
@@ -145,6 +146,7 @@ class Tx:
         self._pending: list[tuple[str, Any, Any]] = []
         self._ahead: dict[tuple[Any, ...], Any] = {}
         self.meter = meter or _NO_METER
+        self._begun = False  # PostgreSQL: this transaction's BEGIN has gone out
 
     # -- execution ---------------------------------------------------------------------
     def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
@@ -174,6 +176,7 @@ class Tx:
             meter.statements += 1
             cur.execute(sql, params)
             return cur
+        self._begun = self._begun or begin
         meter.statements += 1 + len(pending) + begin
         self._pending = []
         with self.dbapi.pipeline():
@@ -189,6 +192,7 @@ class Tx:
         self._pending = []
         meter = self.meter
         begin = not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE
+        self._begun = self._begun or begin
         meter.statements += len(pending) + begin
         meter.round_trips += 1
         with self.dbapi.pipeline():
@@ -235,6 +239,16 @@ class Tx:
         cur = self.dbapi.cursor()
         self._pending.append((sql, params or {}, cur))
         self._ahead[key] = cur
+
+    def active(self) -> bool:
+        """Whether this write transaction is still open and usable. False once something
+        ended it under its owner (SQLite rolls a transaction back by itself on some errors,
+        after which statements would autocommit one by one; a stray ``ROLLBACK``), or once
+        a PostgreSQL error left it aborted outside any savepoint."""
+        if self.dialect != "postgresql":
+            return bool(self.dbapi.in_transaction)
+        status = self.dbapi.info.transaction_status
+        return status == _PG_INTRANS or (status == _PG_IDLE and not self._begun)
 
     def end(self) -> None:
         """The transaction is about to commit: what was only deferred ends with it and is
@@ -287,6 +301,7 @@ class Tx:
         elif self.dialect == "postgresql" and not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE:
             meter.statements += 1  # psycopg's implicit BEGIN, its own round trip here
             meter.round_trips += 1
+            self._begun = True
         meter.statements += 1
         meter.round_trips += 1
         cur = self.dbapi.cursor()
