@@ -11,15 +11,16 @@ How it drains
   row-value cursor ``(received_at_ms, inbox_id) > (:after_ms, :after_id)`` over the
   partial index of unprocessed rows, and loads one frame at a time by primary key. A
   deferred frame whose retry time has not come is passed over without being loaded or
-  decoded. After the walk, retry entries of frames no longer listed (processed elsewhere)
-  are pruned.
+  decoded (no round trip of its own); one whose time has come gets its retry round, one
+  try, on its own (never inside a group). After the walk, retry entries of frames no
+  longer listed (processed elsewhere) are pruned.
 
 One frame, one transaction
   Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
   projection's rows and the processed mark commit together or not at all. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole
   attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
-  frame is deferred in process (``backoff.py``). Anything else is deterministic: the
+  frame is deferred in process (``backoff.py``), and each of its retry rounds is one try. Anything else is deterministic: the
   transaction rolls back and, in a transaction of its own, the frame is marked
   ``outcome='quarantined'`` with its cause (difference 6: queryable, not just logged).
 
@@ -263,10 +264,10 @@ class Worker:
             self._conn = self.store.dedicated()
         return self._conn
 
-    def _attempt(self, fn: Callable[[], Any], *, first_try: int = 0,
+    def _attempt(self, fn: Callable[[], Any], *, first_try: int = 0, tries: int = ATTEMPTS,
                  on_retry: Callable[[BaseException], None] | None = None) -> Any:
         """``store.retry.attempt`` on this worker's connection, with its sleeps."""
-        return attempt(fn, conn=self._conn, sleep=self.sleep, tries=ATTEMPTS, sleeps_ms=TRANSIENT_SLEEPS_MS,
+        return attempt(fn, conn=self._conn, sleep=self.sleep, tries=tries, sleeps_ms=TRANSIENT_SLEEPS_MS,
                        first_try=first_try, on_retry=on_retry)
 
     def bridge_platform(self, tx: Tx, bridge_id: str) -> str | None:
@@ -307,6 +308,12 @@ class Worker:
                     if retries.waiting(inbox_id, now):
                         stats.skipped += 1
                         continue
+                    # Its retry round: one try, alone (after the group before it, in order).
+                    if batch:
+                        self._run_group(batch, stats, on_frame)
+                        batch = []
+                    self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)
+                    continue
                 if self.group_size == 1:
                     self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)
                 else:
@@ -363,7 +370,9 @@ class Worker:
                 self.counters.of(att.bridge_id).incr("transient_retries")
 
         try:
-            outcome, staged = self._attempt(once, first_try=first_try, on_retry=retried)
+            outcome, staged = self._attempt(
+                once, first_try=first_try, tries=self.retries.tries_for(inbox_id), on_retry=retried
+            )
         except Gone:
             return GONE
         except TransientExhausted as exhausted:
