@@ -310,6 +310,24 @@ def test_a_backed_off_frame_gets_one_try_per_retry_round_without_in_attempt_slee
     assert rig.script.decodes["again"] == 5 and rig.rows("again") == ["message", "reactions"]
 
 
+def test_a_stuck_frame_logs_its_failed_rounds_1_2_4_8_and_counts_every_one(rig, clock):
+    """A warning per failed round would cost a stuck frame a log line every 5 minutes for as
+    long as it is stuck (and as much time as its retry); rounds 1, 2, 4, 8, ... are logged,
+    each with the round's number, while ``deferred`` counts every one."""
+    from structlog.testing import capture_logs
+
+    rig.append("stuck", fail=10**6)
+    with capture_logs() as logs:
+        for failures in range(1, 11):
+            rig.drain()
+            clock.advance(retry_delay_ms(failures))
+    rounds = [e["failed_rounds"] for e in logs if e["event"].startswith("ingest frame exhausted")]
+    assert rounds == [1, 2, 4, 8]
+    assert all(e["inbox_id"] == rig.ids["stuck"] and e["bridge_id"] == rig.bridge for e in logs
+               if e["event"].startswith("ingest frame exhausted"))
+    assert rig.counters()["deferred"] == 10 and rig.worker.retries.get(rig.ids["stuck"]).failures == 10
+
+
 def test_a_deterministic_failure_in_a_retry_round_quarantines_the_frame(rig, clock):
     rig.append("stuck", fail=4)
     rig.drain()

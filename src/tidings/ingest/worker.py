@@ -31,9 +31,10 @@ Where the rest lives
   transaction (``group_size > 1``). ``store/retry.py``: the transient-retry loop
   (``attempt``) and the reconnect after an error.
 
-Counters
+Counters and logs
   ``decoded_events`` counts every successful decode (retries count again), ``deferred``
-  counts exhausted attempts, not frames waiting (that is ``deferred_now``).
+  counts exhausted attempts (failed rounds), not frames waiting (that is ``deferred_now``).
+  A frame's failed rounds 1, 2, 4, 8, ... are logged (``failed_rounds``), not every one.
 
 Test seams: ``decode`` and ``project`` callables (defaults: the real decoders and
 projection), ``sleep`` (the 5/10/20 ms in-attempt sleeps), ``clock``,
@@ -410,13 +411,18 @@ class Worker:
         return QUARANTINED
 
     def _deferred(self, inbox_id: str, exc: BaseException | None, count: bool = True) -> Outcome:
+        """Count a failed round (``deferred``); log rounds 1, 2, 4, 8, ... of the frame only,
+        so a frame stuck for days logs a few lines, not one per retry round."""
         bridge_id = self._cur.bridge_id or self._bridge_of(inbox_id)
         if count and bridge_id is not None:
             self.counters.of(bridge_id).incr("deferred")
-        log.warning(
-            "ingest frame exhausted its transient retries; left unprocessed for a later retry",
-            inbox_id=inbox_id, bridge_id=bridge_id, error=str(exc),
-        )
+        entry = self.retries.get(inbox_id)
+        failed_rounds = 1 if entry is None else entry.failures + 1
+        if failed_rounds & (failed_rounds - 1) == 0:
+            log.warning(
+                "ingest frame exhausted its transient retries; left unprocessed for a later retry",
+                inbox_id=inbox_id, bridge_id=bridge_id, failed_rounds=failed_rounds, error=str(exc),
+            )
         return DEFERRED
 
     def _bridge_of(self, inbox_id: str) -> str | None:
