@@ -20,9 +20,10 @@ One frame, one transaction
   projection's rows and the processed mark commit together or not at all. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole
   attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
-  frame is deferred in process (``backoff.py``), and each of its retry rounds is one try. Anything else is deterministic: the
-  transaction rolls back and, in a transaction of its own, the frame is marked
-  ``outcome='quarantined'`` with its cause (difference 6: queryable, not just logged).
+  frame is deferred in process (``backoff.py``), and each of its retry rounds is one try.
+  Anything else is deterministic: the transaction rolls back and, in a transaction of its
+  own, the frame is marked ``outcome='quarantined'`` with its cause (difference 6:
+  queryable, not just logged).
 
 Where the rest lives
   ``apply.py``: the one "apply one frame" path, the cause classification and the staged
