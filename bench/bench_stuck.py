@@ -21,7 +21,8 @@ the cost per later frame depends on how densely the frames arrive. Two paces are
 
 * **corpus time** — the synthetic corpus's own receipt times (its Google frames arrive
   about once a minute, so once a stuck frame's backoff reaches its 5-minute cap it is
-  retried every five frames or so, four attempts each time);
+  retried every five frames or so: with 20 stuck, about three retry rounds come due per
+  later frame, one attempt each once the frame is backed off);
 * **paced** — the same frames re-stamped ``pace_ms`` apart (a busy bridge), where the
   backoff spaces the retries out over many frames.
 
