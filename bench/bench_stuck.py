@@ -9,17 +9,20 @@ unprocessed once the fault clears and the worker restarts?
 ``Contention`` raise a real transient database error inside each of their attempts,
 ``PinnedSleep`` records the 5/10/20 ms in-attempt sleeps without sleeping them,
 ``ReplayInboxIds`` mints the ids; every clock is one ``FakeClock`` set to each frame's
-``received_at_ms``): ``Ingest.append_body`` then ``worker.drain_if_due()`` per frame on
-this thread. The one difference is that no counting triggers are installed, so the times
-are the engine's own. The harness itself (``replay(stuck=N)``, triggers and all) is run
-once more as a cross-check: its stuck-frame decode count must be the same.
+``received_at_ms``): per frame on this thread, ``worker.drain_if_due()`` (a retry timer
+due by the frame's time fires before it arrives, as the clock's listener wakes the worker
+thread), ``Ingest.append_body``, then ``worker.drain_if_due()`` again. The one difference
+is that no counting triggers are installed, so the times are the engine's own. The
+harness itself (``replay(stuck=N)``, triggers and all) is run once more as a cross-check:
+its stuck-frame decode count must be the same.
 
 Because the clock is pinned, the backoff (1 s doubling to 5 min) runs in corpus time, so
 the cost per later frame depends on how densely the frames arrive. Two paces are run:
 
 * **corpus time** — the synthetic corpus's own receipt times (its Google frames arrive
   about once a minute, so once a stuck frame's backoff reaches its 5-minute cap it is
-  retried every five frames or so, four attempts each time);
+  retried every five frames or so: with 20 stuck, about three retry rounds come due per
+  later frame, one attempt each once the frame is backed off);
 * **paced** — the same frames re-stamped ``pace_ms`` apart (a busy bridge), where the
   backoff spaces the retries out over many frames.
 
@@ -89,6 +92,7 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
     sleep_at_first_later = 0.0
     commits_before = store.commits
     trips_at_first_later = None
+    rounds_at_first_later = 0
     perf = time.perf_counter
     try:
         with reporter.step(what, len(frames)) as update:
@@ -96,9 +100,11 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
                 if index == last_stuck + 1:
                     sleep_at_first_later = sleep.requested_s
                     trips_at_first_later = store.meter.round_trips
+                    rounds_at_first_later = ingest.counters.of(bridge).get("deferred")
                 clock.set(raw["received_at_ms"])
                 ids.line = index
                 t0 = perf()
+                ingest.worker.drain_if_due()  # a retry timer due by now fires first (the harness's pump)
                 try:
                     ingest.append_body(bridge, raw, "google")
                 except TidingsError:
@@ -113,6 +119,7 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
         commits = store.commits - commits_before
         trips_later = store.meter.round_trips - (trips_at_first_later or store.meter.round_trips)
         sleep_later = sleep.requested_s - sleep_at_first_later
+        rounds_later = ingest.counters.of(bridge).get("deferred") - rounds_at_first_later
         before_restart = inbox_outcomes(url)["unprocessed"]
         ingest.stop()
         restart_ms = None
@@ -143,6 +150,9 @@ def _ours(lines: list[str], url: str, stuck: int, pace_ms: int | None, reporter:
         # stuck frames' retries that came due meanwhile), per later frame; deterministic.
         "later_frame_round_trips_avg": round(trips_later / len(later), 3) if later else 0.0,
         "later_frame_requested_sleep_ms_avg": round(sleep_later / len(later) * 1000, 4) if later else 0.0,
+        # Failed retry rounds of the stuck frames that came due meanwhile (the backoff's
+        # schedule: 1 s doubling to 5 min each), per later frame.
+        "later_frame_retry_rounds_avg": round(rounds_later / len(later), 3) if later else 0.0,
         "commits_per_frame": round(commits / len(frames), 4),
         "unprocessed_before_restart": before_restart,
         "restart_drain_ms": restart_ms,
@@ -242,6 +252,7 @@ def run(backends: list[str], *, stuck: int, frames: int, seed: int, pace_ms: int
                 "frames": clean["frames"],
                 "frame_ms_avg": clean["frame_ms_avg"],
                 "later_frame_drain_ms_avg": clean["later_frame_drain_ms_avg"],
+                "later_frame_round_trips_avg": clean["later_frame_round_trips_avg"],
                 "unprocessed_after": clean["unprocessed_before_restart"],
                 "commits_per_frame": clean["commits_per_frame"],
             }}
@@ -258,9 +269,12 @@ def run(backends: list[str], *, stuck: int, frames: int, seed: int, pace_ms: int
             }
             entry[key] = part
             reporter.note(
-                f"stuck [{backend}, {where}]: ours {ours['later_frame_drain_ms_avg']:.3f} ms/later frame "
+                f"stuck [{backend}, {where}]: ours {ours['later_frame_drain_ms_avg']:.3f} ms/later frame, "
+                f"{ours['later_frame_round_trips_avg']:.2f} round trips/later frame, "
+                f"{ours['later_frame_retry_rounds_avg']:.2f} retry rounds/later frame "
                 f"({ours['stuck_decodes']} stuck decodes; none stuck "
-                f"{part['no_stuck']['later_frame_drain_ms_avg']:.3f}; naive "
+                f"{part['no_stuck']['later_frame_drain_ms_avg']:.3f} ms, "
+                f"{part['no_stuck']['later_frame_round_trips_avg']:.2f} round trips; naive "
                 f"{part.get('naive', {}).get('later_frame_drain_ms_avg', float('nan')):.3f}); "
                 f"unprocessed after restart {ours['unprocessed_after_restart']}"
             )

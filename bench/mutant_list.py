@@ -22,6 +22,8 @@ WORKER = "tests/ingest/test_worker.py"
 APPEND = "tests/ingest/test_apply_on_append.py"
 DECODERS = "tests/ingest/test_decoders.py"
 API_CORE = "tests/test_api_core.py"
+ROUND_TRIPS = "tests/test_round_trips.py"
+STUCK_RT = "test_frames_waiting_out_their_backoff_cost_a_later_frame_no_round_trip_and_a_retry_round_one_try"
 
 # -- source files --------------------------------------------------------------------------
 IDENT = "src/tidings/store/identities.py"
@@ -233,6 +235,7 @@ add("drain.single_page", WORKER_SRC,
 add("drain.no_deferral_skip", WORKER_SRC,
     "                    if retries.waiting(inbox_id, now):", "                    if False:",
     t(WORKER, "test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling"),
+    t(ROUND_TRIPS, STUCK_RT),
     why="a deferred frame is loaded and decoded before its time")
 add("drain.exhausted_frame_not_deferred", WORKER_SRC,
     "            self.retries.defer(inbox_id, self.clock.now_ms())", "            pass",
@@ -247,6 +250,17 @@ add("wake.real_clock_waits_forever", WORKER_SRC,
     "        return max(0.0, (when - self.clock.now_ms()) / 1000.0)", "        return None",
     t(WORKER, "test_running_worker_wakes_for_its_retry_on_the_real_clock"),
     why="with the real clock the run loop never times out for its retry")
+add("retry.backed_off_frame_gets_every_try", BACKOFF, "RETRY_ROUND_TRIES = 1\n", "RETRY_ROUND_TRIES = ATTEMPTS\n",
+    t(WORKER, "test_a_backed_off_frame_gets_one_try_per_retry_round_without_in_attempt_sleeps"),
+    t(ROUND_TRIPS, STUCK_RT),
+    why="each retry round of a stuck frame is 4 tries 5/10/20 ms apart: 4 loads and decodes, 35 ms of sleep")
+add("retry.backed_off_frame_retried_inside_a_group", WORKER_SRC,
+    "                    self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)\n"
+    "                    continue\n",
+    "",
+    t(WORKER, "test_a_backed_off_frame_gets_one_try_per_retry_round_without_in_attempt_sleeps"),
+    k="group8",
+    why="a due stuck frame joins a drain group: its failure ends the group and the frames after it go one by one")
 add("retry.no_in_attempt_retries", BACKOFF, "ATTEMPTS = 4\n", "ATTEMPTS = 1\n",
     t(WORKER, "test_transient_failure_in_the_reactions_step_leaves_the_frame_untouched_then_applies_fully"),
     why="one busy error defers the frame for a second")
@@ -265,6 +279,7 @@ add("append.order_check_removed", ON_APPEND,
 add("append.backoff_holds_everything_up", ON_APPEND,
     "    return not all(retries.waiting(i, now) for i in older)", "    return bool(older)",
     t(APPEND, "test_a_frame_waiting_out_its_backoff_does_not_hold_up_later_frames"),
+    t(ROUND_TRIPS, STUCK_RT),
     why="one stuck frame sends every later append to the drain")
 add("append.transient_is_deterministic", ON_APPEND,
     "        if is_transient(error):\n            log.info(", "        if False:\n            log.info(",

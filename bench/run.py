@@ -567,6 +567,9 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 add("5 stuck backlog", f"round trips/later frame, {where}", backend,
                     ours["later_frame_round_trips_avg"], "no frame stuck",
                     part["no_stuck"].get("later_frame_round_trips_avg"), "", "", None, digits=2)
+            if "later_frame_retry_rounds_avg" in ours:
+                add("5 stuck backlog", f"retry rounds due/later frame, {where}", backend,
+                    ours["later_frame_retry_rounds_avg"], "", None, "", "", None, digits=3)
             add("5 stuck backlog", f"retry sleeps asked, ms/later frame, {where}", backend,
                 ours["later_frame_requested_sleep_ms_avg"], "naive (before)" if naive else "",
                 naive["later_frame_requested_sleep_ms_avg"] if naive else None, "", "", None, digits=3)

@@ -136,3 +136,81 @@ def test_a_post_costs_four_round_trips_on_postgresql(runtime):
         author_id=member.id, channel_id=ch["id"], text="hello", client_request_id="c1"
     )
     assert not inserted and again["id"] == row["id"]
+
+
+# -- the stuck backlog: frames waiting out their backoff --------------------------------------
+class _Stuck:
+    """Scripted decode/project for the ingest worker: frames whose id is in ``stuck`` fail
+    transiently on every try (raised in the client: the failure itself costs no round trip);
+    every other frame projects nothing."""
+
+    def __init__(self, dialect: str) -> None:
+        from tidings.ingest.apply import busy_error
+
+        self.error = lambda: busy_error(dialect)
+        self.stuck: set[str] = set()
+        self.tries = 0
+
+    def decode(self, codec, version, payload):
+        return [payload]
+
+    def project(self, tx, ctx, events):
+        if events[0] in self.stuck:
+            self.tries += 1
+            raise self.error()
+        return False
+
+
+def test_frames_waiting_out_their_backoff_cost_a_later_frame_no_round_trip_and_a_retry_round_one_try(
+    store, clock, faults
+):
+    """N backed-off frames: a later frame costs what it costs with none (passing them over
+    is free), and when their retry comes due the worker's round costs one try per frame."""
+    from tidings.bridges.registry import create_bridge
+    from tidings.ingest.engine import Ingest
+    from tidings.ingest.inbox import Frame
+
+    n = 3
+    script = _Stuck(store.dialect)
+    sleeps: list[float] = []
+    ingest = Ingest(store=store, faults=faults, clock=clock, decode=script.decode, project=script.project,
+                    validate=False, sleep=sleeps.append)
+    bridge = create_bridge(store, platform="signal", name="rt-stuck")["id"]
+    worker = ingest.worker
+
+    def later(name: str) -> dict[str, int]:
+        """One later frame as a bridge sends it: the append, then the worker if woken."""
+        clock.advance(1)
+        before = store.meter.snapshot()
+        [res] = ingest.append(bridge, [Frame("test.script", 1, "", None, name)])
+        worker.drain_if_due()
+        assert not res.replay
+        return sent(store, before)
+
+    try:
+        later("warm-up")
+        none_backed_off = later("first")
+        for i in range(n):
+            script.stuck.add(f"stuck{i}")
+            later(f"stuck{i}")  # left unprocessed on append; its first drain defers it
+        assert len(worker.retries) == n and script.tries == n * 5  # 1 on append + 4 in the drain
+        assert sleeps == [0.005, 0.010, 0.020] * n
+        # While they wait: a later frame is applied on append, exactly as with none backed off.
+        assert later("second") == none_backed_off
+        assert script.tries == n * 5
+        # Their retry comes due: the worker's timer round lists the backlog and gives each
+        # backed-off frame ONE try (no in-attempt retries, no sleeps), all still failing.
+        clock.advance(1000)
+        before = store.meter.snapshot()
+        stats = worker.drain_if_due()
+        assert stats is not None and stats.deferred == n
+        assert script.tries == n * 6 and sleeps == [0.005, 0.010, 0.020] * n
+        if store.dialect == PG:
+            # list: [BEGIN, page] [ROLLBACK]; each try: [BEGIN, claim] [ROLLBACK]
+            assert sent(store, before) == {"statements": 3 + 3 * n, "round_trips": 2 + 2 * n, "commits": 0}
+        else:
+            # list: BEGIN, page, ROLLBACK; each try: BEGIN IMMEDIATE, claim, ROLLBACK
+            assert sent(store, before) == {"statements": 3 + 3 * n, "round_trips": 3 + 3 * n, "commits": 0}
+        assert later("third") == none_backed_off
+    finally:
+        ingest.stop()

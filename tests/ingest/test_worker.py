@@ -254,7 +254,7 @@ def test_fault_ingest_busy_fails_the_next_n_attempts(rig, faults, clock):
 
 # -- backoff ------------------------------------------------------------------------------------
 def test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling(rig, clock):
-    rig.append("stuck", fail=8)  # two failed rounds
+    rig.append("stuck", fail=5)  # two failed rounds: 4 tries, then the retry round's one
     rig.drain()
     assert rig.script.decodes["stuck"] == 4
     entry = rig.worker.retries.get(rig.ids["stuck"])
@@ -266,17 +266,76 @@ def test_deferred_frame_is_passed_over_until_its_time_then_backs_off_doubling(ri
     assert stats.skipped == 1 and stats.applied == 1 and rig.script.decodes["stuck"] == 4
     clock.advance(1)
     rig.drain()  # second round fails too: now 2 s
-    assert rig.script.decodes["stuck"] == 8
+    assert rig.script.decodes["stuck"] == 5
     entry = rig.worker.retries.get(rig.ids["stuck"])
     assert entry.failures == 2 and entry.not_before_ms == clock.now_ms() + 2000
     clock.advance(1999)
     rig.drain()
-    assert rig.script.decodes["stuck"] == 8
+    assert rig.script.decodes["stuck"] == 5
     clock.advance(1)
     assert rig.drain().applied == 1
-    assert rig.script.decodes["stuck"] == 9 and len(rig.worker.retries) == 0
+    assert rig.script.decodes["stuck"] == 6 and len(rig.worker.retries) == 0
     c = rig.counters()
     assert c["deferred"] == 2 and c["projected"] == 2
+
+
+def test_a_backed_off_frame_gets_one_try_per_retry_round_without_in_attempt_sleeps(rig, clock):
+    """The 4 tries 5/10/20 ms apart are for a frame's first attempt; once it is backed off,
+    each retry round is one try (the backoff is its spacing), so a frame that stays stuck
+    costs one load and decode per round and never sleeps the drain."""
+    rig.append("stuck", fail=10**6)
+    rig.append("later")
+    rig.drain()
+    assert rig.script.decodes["stuck"] == 4 and rig.sleeps == [0.005, 0.010, 0.020]
+    for failures in range(2, 6):
+        clock.advance(retry_delay_ms(failures - 1))
+        rig.append(f"later{failures}")  # drained right after the retry round, in the same walk
+        stats = rig.drain()
+        assert (stats.deferred, stats.applied) == (1, 1)
+        entry = rig.worker.retries.get(rig.ids["stuck"])
+        assert entry.failures == failures and entry.not_before_ms == clock.now_ms() + retry_delay_ms(failures)
+    assert rig.script.decodes["stuck"] == 4 + 4 and rig.sleeps == [0.005, 0.010, 0.020]
+    c = rig.counters()
+    assert c["deferred"] == 5 and c["transient_retries"] == 3
+    # The classification is unchanged: a retry round that succeeds applies the frame ...
+    rig.script.fail_left["stuck"] = 0
+    clock.advance(retry_delay_ms(5))
+    assert rig.drain().applied == 1 and rig.rows("stuck") == ["message", "reactions"]
+    assert len(rig.worker.retries) == 0
+    # ... and a restart (an empty schedule) gives a frame its full first attempt again.
+    rig.append("again", fail=4)
+    rig.drain()
+    rig.restart()
+    rig.drain()
+    assert rig.script.decodes["again"] == 5 and rig.rows("again") == ["message", "reactions"]
+
+
+def test_a_stuck_frame_logs_its_failed_rounds_1_2_4_8_and_counts_every_one(rig, clock):
+    """A warning per failed round would cost a stuck frame a log line every 5 minutes for as
+    long as it is stuck (and as much time as its retry); rounds 1, 2, 4, 8, ... are logged,
+    each with the round's number, while ``deferred`` counts every one."""
+    from structlog.testing import capture_logs
+
+    rig.append("stuck", fail=10**6)
+    with capture_logs() as logs:
+        for failures in range(1, 11):
+            rig.drain()
+            clock.advance(retry_delay_ms(failures))
+    rounds = [e["failed_rounds"] for e in logs if e["event"].startswith("ingest frame exhausted")]
+    assert rounds == [1, 2, 4, 8]
+    assert all(e["inbox_id"] == rig.ids["stuck"] and e["bridge_id"] == rig.bridge for e in logs
+               if e["event"].startswith("ingest frame exhausted"))
+    assert rig.counters()["deferred"] == 10 and rig.worker.retries.get(rig.ids["stuck"]).failures == 10
+
+
+def test_a_deterministic_failure_in_a_retry_round_quarantines_the_frame(rig, clock):
+    rig.append("stuck", fail=4)
+    rig.drain()
+    rig.worker.applier.project = lambda tx, ctx, events: (_ for _ in ()).throw(ValueError("now it is bad"))
+    clock.advance(1000)
+    stats = rig.drain()
+    assert stats.quarantined == 1 and rig.state("stuck")["outcome"] == "quarantined"
+    assert "now it is bad" in rig.state("stuck")["cause"] and len(rig.worker.retries) == 0
 
 
 def test_backoff_is_capped():

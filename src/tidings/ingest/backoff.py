@@ -2,12 +2,17 @@
 
 Two levels:
 
-* Within one attempt a transient database error is retried: at most ``ATTEMPTS`` = 4
-  tries, ``TRANSIENT_SLEEPS_MS`` = 5, 10, 20 ms apart (35 ms in all).
+* Within a frame's first attempt a transient database error is retried: at most
+  ``ATTEMPTS`` = 4 tries, ``TRANSIENT_SLEEPS_MS`` = 5, 10, 20 ms apart (35 ms in all).
 * A frame whose 4 tries all failed transiently is *deferred*: it stays unprocessed in the
   inbox and is not loaded or decoded again before ``not_before``. The delay is 1 s,
   doubling per failed round, capped at 5 min. The schedule lives in memory only; a
   restart empties it, so a restart retries every frame at once (nothing is ever dropped).
+* A deferred frame's retry round is ``RETRY_ROUND_TRIES`` = 1 try, with no in-attempt
+  sleep (``tries_for``): the backoff already spaces its rounds, so the 4 quick tries would
+  only repeat the load and decode and hold the whole drain up for 35 ms per round. A
+  transient failure defers it again (the delay doubles); anything else is classified as on
+  any try.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 ATTEMPTS = 4
+RETRY_ROUND_TRIES = 1
 TRANSIENT_SLEEPS_MS = (5, 10, 20)
 RETRY_BASE_MS = 1_000
 RETRY_MAX_MS = 300_000
@@ -63,6 +69,11 @@ class RetrySchedule:
 
     def get(self, inbox_id: str) -> RetryEntry | None:
         return self._entries.get(inbox_id)
+
+    def tries_for(self, inbox_id: str) -> int:
+        """Tries of the frame's next attempt: ``ATTEMPTS`` for its first, ``RETRY_ROUND_TRIES``
+        for a retry round once it is deferred."""
+        return RETRY_ROUND_TRIES if inbox_id in self._entries else ATTEMPTS
 
     def waiting(self, inbox_id: str, now_ms: int) -> bool:
         """True when the frame is deferred and its time has not come (skip it)."""

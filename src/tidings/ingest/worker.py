@@ -11,17 +11,19 @@ How it drains
   row-value cursor ``(received_at_ms, inbox_id) > (:after_ms, :after_id)`` over the
   partial index of unprocessed rows, and loads one frame at a time by primary key. A
   deferred frame whose retry time has not come is passed over without being loaded or
-  decoded. After the walk, retry entries of frames no longer listed (processed elsewhere)
-  are pruned.
+  decoded (no round trip of its own); one whose time has come gets its retry round, one
+  try, on its own (never inside a group). After the walk, retry entries of frames no
+  longer listed (processed elsewhere) are pruned.
 
 One frame, one transaction
   Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
   projection's rows and the processed mark commit together or not at all. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole
   attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
-  frame is deferred in process (``backoff.py``). Anything else is deterministic: the
-  transaction rolls back and, in a transaction of its own, the frame is marked
-  ``outcome='quarantined'`` with its cause (difference 6: queryable, not just logged).
+  frame is deferred in process (``backoff.py``), and each of its retry rounds is one try.
+  Anything else is deterministic: the transaction rolls back and, in a transaction of its
+  own, the frame is marked ``outcome='quarantined'`` with its cause (difference 6:
+  queryable, not just logged).
 
 Where the rest lives
   ``apply.py``: the one "apply one frame" path, the cause classification and the staged
@@ -30,9 +32,10 @@ Where the rest lives
   transaction (``group_size > 1``). ``store/retry.py``: the transient-retry loop
   (``attempt``) and the reconnect after an error.
 
-Counters
+Counters and logs
   ``decoded_events`` counts every successful decode (retries count again), ``deferred``
-  counts exhausted attempts, not frames waiting (that is ``deferred_now``).
+  counts exhausted attempts (failed rounds), not frames waiting (that is ``deferred_now``).
+  A frame's failed rounds 1, 2, 4, 8, ... are logged (``failed_rounds``), not every one.
 
 Test seams: ``decode`` and ``project`` callables (defaults: the real decoders and
 projection), ``sleep`` (the 5/10/20 ms in-attempt sleeps), ``clock``,
@@ -263,10 +266,10 @@ class Worker:
             self._conn = self.store.dedicated()
         return self._conn
 
-    def _attempt(self, fn: Callable[[], Any], *, first_try: int = 0,
+    def _attempt(self, fn: Callable[[], Any], *, first_try: int = 0, tries: int = ATTEMPTS,
                  on_retry: Callable[[BaseException], None] | None = None) -> Any:
         """``store.retry.attempt`` on this worker's connection, with its sleeps."""
-        return attempt(fn, conn=self._conn, sleep=self.sleep, tries=ATTEMPTS, sleeps_ms=TRANSIENT_SLEEPS_MS,
+        return attempt(fn, conn=self._conn, sleep=self.sleep, tries=tries, sleeps_ms=TRANSIENT_SLEEPS_MS,
                        first_try=first_try, on_retry=on_retry)
 
     def bridge_platform(self, tx: Tx, bridge_id: str) -> str | None:
@@ -307,6 +310,12 @@ class Worker:
                     if retries.waiting(inbox_id, now):
                         stats.skipped += 1
                         continue
+                    # Its retry round: one try, alone (after the group before it, in order).
+                    if batch:
+                        self._run_group(batch, stats, on_frame)
+                        batch = []
+                    self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)
+                    continue
                 if self.group_size == 1:
                     self._finish(inbox_id, self._process_one(inbox_id), stats, on_frame)
                 else:
@@ -363,7 +372,9 @@ class Worker:
                 self.counters.of(att.bridge_id).incr("transient_retries")
 
         try:
-            outcome, staged = self._attempt(once, first_try=first_try, on_retry=retried)
+            outcome, staged = self._attempt(
+                once, first_try=first_try, tries=self.retries.tries_for(inbox_id), on_retry=retried
+            )
         except Gone:
             return GONE
         except TransientExhausted as exhausted:
@@ -401,13 +412,18 @@ class Worker:
         return QUARANTINED
 
     def _deferred(self, inbox_id: str, exc: BaseException | None, count: bool = True) -> Outcome:
+        """Count a failed round (``deferred``); log rounds 1, 2, 4, 8, ... of the frame only,
+        so a frame stuck for days logs a few lines, not one per retry round."""
         bridge_id = self._cur.bridge_id or self._bridge_of(inbox_id)
         if count and bridge_id is not None:
             self.counters.of(bridge_id).incr("deferred")
-        log.warning(
-            "ingest frame exhausted its transient retries; left unprocessed for a later retry",
-            inbox_id=inbox_id, bridge_id=bridge_id, error=str(exc),
-        )
+        entry = self.retries.get(inbox_id)
+        failed_rounds = 1 if entry is None else entry.failures + 1
+        if failed_rounds & (failed_rounds - 1) == 0:
+            log.warning(
+                "ingest frame exhausted its transient retries; left unprocessed for a later retry",
+                inbox_id=inbox_id, bridge_id=bridge_id, failed_rounds=failed_rounds, error=str(exc),
+            )
         return DEFERRED
 
     def _bridge_of(self, inbox_id: str) -> str | None:

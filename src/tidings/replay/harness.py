@@ -15,10 +15,12 @@
   backoff's); it is set to the frame's ``received_at_ms`` before the frame is appended.
   The worker's 5/10/20 ms in-attempt retry sleeps are pinned too: counted and reported
   (``retry_sleeps``), not slept, unless ``real_sleeps`` (``--real-sleeps``).
-* **The real path, one frame at a time, on this thread.** ``Ingest.append_body`` (frame
-  validation, the inbox insert and, by default, apply on append), then the worker pumped
-  exactly as its thread would be woken (``Worker.drain_if_due``: after an append that left
-  work, or when a retry timer is due). The time of both is the frame's cost.
+* **The real path, one frame at a time, on this thread.** The worker pumped exactly as
+  its thread would be woken (``Worker.drain_if_due``): once when the clock is set to the
+  frame's time (a retry timer that came due by then fires before the frame arrives, as
+  the clock's listener wakes the thread), then ``Ingest.append_body`` (frame validation,
+  the inbox insert and, by default, apply on append), then again (an append that left
+  work). The time of all three is the frame's cost.
 * **Counting** (``ReplayCounter``): committed row writes per table and operation by
   triggers, with OLD vs NEW for updates (the minimal-write oracle); commits at the store
   (``Store.commits``); WAL volume (``WalMeter``: SQLite, auto-checkpoint off on every
@@ -690,6 +692,7 @@ class _Run:
                 platform = platform_of.get(codec, UNKNOWN_CODEC_PLATFORM)
                 ids.line = index
                 t0 = perf()
+                ingest.worker.drain_if_due()  # a retry timer due by now fires first
                 try:
                     ingest.append_body(bridges[platform], raw, platform)
                 except TidingsError:
