@@ -1,7 +1,12 @@
 """The post path: one transaction, then a bus publish only for a newly inserted row.
 
-Inside the transaction: membership, post policy, topic get-or-create, the channel's next
-``channel_seq`` (row lock), and the idempotent insert. A repeated ``client_request_id``
+Inside the transaction: the post's reads in one statement (channel, membership, topic,
+a stored message with the same ``client_request_id``: ``messages.post_context``), the post
+policy, a topic created only when missing, then the channel's next ``channel_seq`` (row
+lock) and the idempotent insert, one statement on PostgreSQL
+(``messages.insert_next_message``). On PostgreSQL a post is three round trips: the reads
+with ``BEGIN``, the insert, ``COMMIT``; the channel row lock is held from the insert to the
+commit only. A repeated ``client_request_id``
 from the same author returns the stored message with ``inserted=False`` and publishes
 nothing, so a client retry is never delivered twice. The publish happens in
 ``after_commit``: a bus event always points at a durable row (the reverse is not true; a
@@ -24,7 +29,6 @@ from ..store import messages as messages_store
 from ..store.engine import Store, Tx
 from .asks import block_text, normalize_ask_block
 from .events import MessagePosted, MessageUpdated
-from .post_reads import read_ahead
 
 DEFAULT_TOPIC = "general"
 MAX_TOPIC = 80
@@ -122,11 +126,13 @@ class Posting:
         self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
         occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        read_ahead(tx, channel_id=channel_id, author_id=author_id, topic=topic, client_request_id=crid)
-        channel = channels_store.channel_for_post(tx, channel_id)
-        if channel is None:
+        ctx = messages_store.post_context(
+            tx, channel_id=channel_id, author=author_id, topic=topic, client_request_id=crid
+        )
+        if ctx is None:
             raise NotFound("unknown channel", code="unknown_channel")
-        if channels_store.membership(tx, channel_id, author_id) is None:
+        channel = ctx.channel
+        if not ctx.is_member:
             if is_admin:
                 raise Forbidden("the admin is not a member of this channel", code="not_a_member")
             if channels_store.owns_an_agent_member(tx, channel_id, author_id):  # it can see it (D55)
@@ -134,23 +140,20 @@ class Posting:
             raise NotFound("unknown channel", code="unknown_channel")
         if channel["post_policy"] == "owner_only" and channel["owner_account_id"] != author_id:
             raise Forbidden("only the channel owner may post here", code="post_policy")
-        if crid:
-            existing = messages_store.by_client_request(tx, author_id, crid)
-            if existing is not None:
-                if existing["channel_id"] != channel_id:
-                    raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
-                return existing, False
+        existing = ctx.existing
+        if existing is not None:
+            if existing["channel_id"] != channel_id:
+                raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
+            return existing, False
         now = self.store.now_ms()
-        topic_id = channels_store.get_or_create_topic(
+        topic_id = ctx.topic_id or channels_store.get_or_create_topic(
             tx, id=new_id("top"), channel_id=channel_id, name=topic, created_by=author_id, now=now
         )
-        channel_seq = channels_store.next_channel_seq(tx, channel_id)
         message_id = new_id("msg")
-        seq = messages_store.insert_message(
+        taken = messages_store.insert_next_message(
             tx,
             id=message_id,
             channel_id=channel_id,
-            channel_seq=channel_seq,
             topic_id=topic_id,
             author=author_id,
             now=now,
@@ -159,8 +162,9 @@ class Posting:
             client_request_id=crid,
             occurred_at_ms=occurred_at_ms,
         )
-        if seq is None:  # a concurrent post with the same client_request_id won
+        if taken is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
+        seq, channel_seq = taken
         tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
         if channel["linked"]:
             outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
