@@ -113,6 +113,10 @@ class Posting:
         if tx is not None:
             return self._post_in(tx, *args)
         try:
+            if self.store.dialect == "postgresql" and self.notify_in_tx is None:
+                done = self._post_alone(*args)
+                if done is not None:
+                    return done
             with self.store.write() as own:
                 return self._post_in(own, *args)
         except _Duplicate:
@@ -122,10 +126,37 @@ class Posting:
                 raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
             return existing, False
 
-    def _post_in(
-        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+    def _post_alone(
+        self, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
         occurred_at_ms: int | None = None,
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[dict[str, Any], bool] | None:
+        """PostgreSQL, the common case: the reads, then ONE statement that takes the
+        channel_seq, inserts and commits by itself (autocommit), so the channel row lock is
+        held for the server's work and the commit, never across a client turn; two round
+        trips, no BEGIN or COMMIT. Its one write is atomic on its own, so nothing is lost
+        against the transaction: the reads are checks that a transaction under READ
+        COMMITTED also reads in a statement of their own. None when the post needs more
+        than that statement (a topic to create, a linked channel's outbox row): the caller
+        then runs ``_post_in`` in a transaction."""
+        conn = self.store.dedicated()
+        try:
+            with conn.autocommit_read() as rtx:
+                ctx = self._admit(rtx, author_id, channel_id, topic, crid, is_admin)
+            if isinstance(ctx, dict):
+                return ctx, False
+            if ctx.topic_id is None or ctx.channel["linked"]:
+                return None
+            with conn.autocommit_write() as wtx:
+                return self._insert(wtx, ctx.channel, ctx.topic_id, author_id, channel_id, blocks, text, crid,
+                                    occurred_at_ms, self.store.now_ms(), alone=True)
+        finally:
+            conn.close()
+
+    def _admit(
+        self, tx: Tx, author_id: str, channel_id: str, topic: str, crid: str, is_admin: bool
+    ) -> messages_store.PostContext | dict[str, Any]:
+        """The post's reads and checks: the context to insert with, or the author's stored
+        message with this ``client_request_id`` (a retry). Raises when the post is refused."""
         ctx = messages_store.post_context(
             tx, channel_id=channel_id, author=author_id, topic=topic, client_request_id=crid
         )
@@ -144,11 +175,28 @@ class Posting:
         if existing is not None:
             if existing["channel_id"] != channel_id:
                 raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
-            return existing, False
+            return existing
+        return ctx
+
+    def _post_in(
+        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+        occurred_at_ms: int | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        ctx = self._admit(tx, author_id, channel_id, topic, crid, is_admin)
+        if isinstance(ctx, dict):
+            return ctx, False
         now = self.store.now_ms()
         topic_id = ctx.topic_id or channels_store.get_or_create_topic(
             tx, id=new_id("top"), channel_id=channel_id, name=topic, created_by=author_id, now=now
         )
+        return self._insert(tx, ctx.channel, topic_id, author_id, channel_id, blocks, text, crid, occurred_at_ms, now)
+
+    def _insert(
+        self, tx: Tx, channel: dict[str, Any], topic_id: str, author_id: str, channel_id: str, blocks: list,
+        text: str, crid: str, occurred_at_ms: int | None, now: int, *, alone: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Insert the admitted post, queue its outbox row (linked channel), its cluster
+        notification and its publish (after the commit)."""
         message_id = new_id("msg")
         taken = messages_store.insert_next_message(
             tx,
@@ -161,6 +209,7 @@ class Posting:
             text=text,
             client_request_id=crid,
             occurred_at_ms=occurred_at_ms,
+            alone=alone,
         )
         if taken is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .channels import CHANNEL_COLUMNS, next_channel_seq, next_channel_seq_sql
-from .engine import Tx
+from .engine import Tx, is_integrity_error
 from .sql import PerDialect, Stmt
 
 MESSAGE_COLUMNS = (
@@ -39,18 +39,28 @@ _INSERT_MESSAGE_COLUMNS = (
     "INSERT INTO messages (id, channel_id, channel_seq, topic_id, author_account_id, at_unix_ms, "
     "blocks, text, client_request_id, occurred_at_ms) "
 )
+_INSERT_NEXT = (
+    f"WITH next AS ({next_channel_seq_sql('channel_id')}) "
+    + _INSERT_MESSAGE_COLUMNS
+    + "VALUES (:id, :channel_id, (SELECT last_seq FROM next), :topic_id, :author, :now, :blocks, :text, "
+    ":client_request_id, :occurred_at_ms) "
+)
 INSERT_NEXT_MESSAGE = PerDialect(
     name="insert_next_message",
     sqlite="SELECT NULL",
     postgresql=(
-        f"WITH next AS ({next_channel_seq_sql('channel_id')}) "
-        + _INSERT_MESSAGE_COLUMNS
-        + "VALUES (:id, :channel_id, (SELECT last_seq FROM next), :topic_id, :author, :now, :blocks, :text, "
-        ":client_request_id, :occurred_at_ms) "
-        "ON CONFLICT (author_account_id, client_request_id) WHERE client_request_id <> '' DO NOTHING "
+        _INSERT_NEXT
+        + "ON CONFLICT (author_account_id, client_request_id) WHERE client_request_id <> '' DO NOTHING "
         "RETURNING seq, channel_seq"
     ),
 )
+# The same as a statement that commits alone (autocommit): a used client request id fails
+# the whole statement (unique violation of ``IDEMPOTENCY_INDEX``), so the seq it took is
+# never committed; ``DO NOTHING`` there would commit the channel's bump without a message.
+INSERT_NEXT_MESSAGE_ALONE = PerDialect(
+    name="insert_next_message_alone", sqlite="SELECT NULL", postgresql=_INSERT_NEXT + "RETURNING seq, channel_seq"
+)
+IDEMPOTENCY_INDEX = "messages_idem_idx"
 # Everything a post reads before it writes, in one statement (one round trip with the
 # transaction's BEGIN on PostgreSQL): the channel, whether a bridge conversation is linked
 # to it (an unlinked channel's post costs no outbox statement), whether the author is a
@@ -115,11 +125,16 @@ def insert_next_message(
     text: str,
     client_request_id: str,
     occurred_at_ms: int | None = None,
+    alone: bool = False,
 ) -> tuple[int, int] | None:
     """Take the channel's next ``channel_seq`` (holding the channel row lock until commit)
     and insert the message with it; (global ``seq``, ``channel_seq``), or None when the
     author's client request id was used (the seq was taken: roll the transaction back, or
-    the channel would have a gap). PostgreSQL: one statement; SQLite: two."""
+    the channel would have a gap). PostgreSQL: one statement; SQLite: two.
+
+    ``alone`` (PostgreSQL, ``tx`` in autocommit): the statement commits by itself, the row
+    lock is held for the server's work and the commit only, and a used client request id
+    fails the statement whole (None, nothing committed)."""
     params: dict[str, Any] = {
         "id": id,
         "channel_id": channel_id,
@@ -132,7 +147,17 @@ def insert_next_message(
         "occurred_at_ms": occurred_at_ms,
     }
     if tx.dialect == "postgresql":
-        row = tx.one(INSERT_NEXT_MESSAGE, params)
+        if alone:
+            try:
+                row = tx.one(INSERT_NEXT_MESSAGE_ALONE, params)
+            except Exception as exc:
+                if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
+                    IDEMPOTENCY_INDEX
+                ):
+                    return None
+                raise
+        else:
+            row = tx.one(INSERT_NEXT_MESSAGE, params)
         return None if row is None else (int(row[0]), int(row[1]))
     channel_seq = next_channel_seq(tx, channel_id)
     seq = tx.scalar(INSERT_MESSAGE, {**params, "channel_seq": channel_seq})
