@@ -414,6 +414,16 @@ add("posting.alone_duplicate_not_recognised", MESSAGES,
       "test_a_post_that_loses_the_client_request_race_returns_the_stored_message_and_leaves_no_gap"),
     why="a one-statement post that loses the client request race fails instead of returning the stored row",
     backend="postgres")
+add("batch.consumer_read_columns_shifted", "src/tidings/store/delivery.py",
+    "channel_agent(r[_MESSAGE_WIDTH + 2:])", "channel_agent(r[_MESSAGE_WIDTH + 1:])",
+    t("tests/delivery/test_batching.py", "test_an_example_batch_with_every_path_in_it"),
+    why="the consumer's one-statement read takes each agent from the wrong columns (mentions miss)",
+    backend="both")
+add("batch.consumer_read_first_channel_only", "src/tidings/delivery/routing.py",
+    "[e.channel_id for e in fanning]", "[e.channel_id for e in fanning[:1]]",
+    t("tests/delivery/test_batching.py", "test_the_consumer_reads_and_flushes_a_batch_in_two_statements"),
+    why="the batch reads the agents of one channel only; the others are read message by message",
+    backend="both")
 add("posting.crid_reused_in_another_channel", POSTING,
     "            if existing[\"channel_id\"] != channel_id:\n"
     "                raise BadRequest(\"client_request_id was already used for another channel\", code=\"crid_reused\")\n"
