@@ -1,12 +1,15 @@
-"""The post path: one transaction, then a bus publish only for a newly inserted row.
+"""The post path: one atomic write, then a bus publish only for a newly inserted row.
 
-Inside the transaction: the post's reads in one statement (channel, membership, topic,
-a stored message with the same ``client_request_id``: ``messages.post_context``), the post
-policy, a topic created only when missing, then the channel's next ``channel_seq`` (row
-lock) and the idempotent insert, one statement on PostgreSQL
-(``messages.insert_next_message``). On PostgreSQL a post is three round trips: the reads
-with ``BEGIN``, the insert, ``COMMIT``; the channel row lock is held from the insert to the
-commit only. A repeated ``client_request_id``
+The post's reads are one statement (channel, membership, topic, a stored message with the
+same ``client_request_id``: ``messages.post_context``), then the post policy, a topic
+created only when missing, and the channel's next ``channel_seq`` (row lock) with the
+idempotent insert, one statement on PostgreSQL (``messages.insert_next_message``).
+
+PostgreSQL, the common post (the topic exists, the channel is not linked, one process, no
+caller transaction; ``Posting._post_alone``): the read and the insert each run alone in
+autocommit, and the insert commits by itself: two round trips, no BEGIN or COMMIT, and the
+channel row lock is held for the server's work and the WAL flush only. Every other post
+(and every post on SQLite) runs in one transaction. A repeated ``client_request_id``
 from the same author returns the stored message with ``inserted=False`` and publishes
 nothing, so a client retry is never delivered twice. The publish happens in
 ``after_commit``: a bus event always points at a durable row (the reverse is not true; a
