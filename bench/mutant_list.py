@@ -397,21 +397,58 @@ add("google.microseconds_kept", GOOGLE,
     why="Google's microsecond timestamps stored as milliseconds (dates in the year 50,000)")
 
 # == the post path ===========================================================================
-add("posting.empty_crid_is_a_key", POSTING,
-    "        if crid:\n            existing = messages_store.by_client_request(",
-    "        if True:\n            existing = messages_store.by_client_request(",
+add("posting.empty_crid_is_a_key", MESSAGES,
+    "\"AND m.client_request_id = :client_request_id AND m.client_request_id <> '' \"",
+    "\"AND m.client_request_id = :client_request_id \"",
     t(API_CORE, "test_post_and_list_messages"),
     why="every post without a client_request_id returns the author's first such post")
+add("posting.lost_race_commits_its_seq", POSTING,
+    "        if taken is None:  # a concurrent post with the same client_request_id won\n            raise _Duplicate()\n",
+    "        if taken is None:  # a concurrent post with the same client_request_id won\n"
+    "            return messages_store.by_client_request(tx, author_id, crid) or {}, False\n",
+    t("tests/test_posting.py",
+      "test_a_post_that_loses_the_client_request_race_returns_the_stored_message_and_leaves_no_gap"),
+    why="a post that loses the client request race commits the channel_seq its insert took: a gap",
+    backend="both")
+add("posting.seq_read_outside_the_lock", MESSAGES,
+    "(SELECT last_seq FROM next)", "(SELECT last_seq + 1 FROM channels WHERE id = :channel_id)",
+    t("tests/test_posting.py", "test_concurrent_posts_get_gap_free_channel_seqs_and_a_pager_never_skips"),
+    why="the insert's channel_seq is read from the statement's snapshot, not from the locked update",
+    backend="postgres")
+add("posting.alone_skips_the_outbox", POSTING,
+    "            if ctx.topic_id is None or ctx.channel[\"linked\"]:\n",
+    "            if ctx.topic_id is None:\n",
+    t("tests/bridges/test_outbox.py",
+      "test_a_person_post_in_a_linked_channel_queues_one_send_and_an_inbound_post_queues_none"),
+    why="the one-statement post takes a linked channel's post too, and its outbox row is never queued",
+    backend="postgres")
+add("posting.alone_duplicate_not_recognised", MESSAGES,
+    "                    return None\n                raise\n",
+    "                    raise\n                raise\n",
+    t("tests/test_posting.py",
+      "test_a_post_that_loses_the_client_request_race_returns_the_stored_message_and_leaves_no_gap"),
+    why="a one-statement post that loses the client request race fails instead of returning the stored row",
+    backend="postgres")
+add("batch.consumer_read_columns_shifted", "src/tidings/store/delivery.py",
+    "channel_agent(r[_MESSAGE_WIDTH + 2:])", "channel_agent(r[_MESSAGE_WIDTH + 1:])",
+    t("tests/delivery/test_batching.py", "test_an_example_batch_with_every_path_in_it"),
+    why="the consumer's one-statement read takes each agent from the wrong columns (mentions miss)",
+    backend="both")
+add("batch.consumer_read_first_channel_only", "src/tidings/delivery/routing.py",
+    "[e.channel_id for e in fanning]", "[e.channel_id for e in fanning[:1]]",
+    t("tests/delivery/test_batching.py", "test_the_consumer_reads_and_flushes_a_batch_in_two_statements"),
+    why="the batch reads the agents of one channel only; the others are read message by message",
+    backend="both")
 add("posting.crid_reused_in_another_channel", POSTING,
-    "                if existing[\"channel_id\"] != channel_id:\n"
-    "                    raise BadRequest(\"client_request_id was already used for another channel\", code=\"crid_reused\")\n"
-    "                return existing, False",
-    "                return existing, False",
+    "            if existing[\"channel_id\"] != channel_id:\n"
+    "                raise BadRequest(\"client_request_id was already used for another channel\", code=\"crid_reused\")\n"
+    "            return existing\n",
+    "            return existing\n",
     t(API_CORE, "test_client_request_id_is_per_author_and_bound_to_its_channel"),
     why="a retry aimed at another channel silently returns a message from the first")
 add("messages.crid_ignores_author", MESSAGES,
-    '"WHERE m.author_account_id = :author AND m.client_request_id = :client_request_id"',
-    '"WHERE m.client_request_id = :client_request_id"',
+    "LEFT JOIN messages m ON m.author_account_id = :author ",
+    "LEFT JOIN messages m ON true ",
     t(API_CORE, "test_client_request_id_is_per_author_and_bound_to_its_channel"),
     why="two authors using the same request id: the second gets the first's message")
 

@@ -90,3 +90,34 @@ def test_same_client_request_id_racing_from_threads_stores_one_row_and_no_gap(ru
     with runtime.store.read() as tx:
         seqs = [r[0] for r in tx.raw("SELECT channel_seq FROM messages ORDER BY channel_seq").fetchall()]
     assert seqs == [1, 2]  # the losing races rolled their channel_seq back
+
+
+def test_a_post_that_loses_the_client_request_race_returns_the_stored_message_and_leaves_no_gap(
+    runtime, monkeypatch
+):
+    """Deterministic form of the race above: the loser's reads ran before the winner
+    committed (its read finds no stored message), so its insert meets the used id after
+    taking the channel's next seq. It must roll that seq back and return the stored row."""
+    import dataclasses
+
+    people, channel_id = _world(runtime, n_people=1)
+    author = people[0].id
+    first, inserted = runtime.posting.post(author_id=author, channel_id=channel_id, text="once",
+                                           client_request_id="same")
+    assert inserted
+    original = messages_store.post_context
+
+    def read_before_the_winner_committed(tx, **kwargs):
+        ctx = original(tx, **kwargs)
+        return None if ctx is None else dataclasses.replace(ctx, existing=None)
+
+    monkeypatch.setattr(messages_store, "post_context", read_before_the_winner_committed)
+    again, inserted = runtime.posting.post(author_id=author, channel_id=channel_id, text="once",
+                                           client_request_id="same")
+    assert not inserted and again["id"] == first["id"]
+    monkeypatch.undo()
+    runtime.posting.post(author_id=author, channel_id=channel_id, text="next")
+    with runtime.store.read() as tx:
+        seqs = [r[0] for r in tx.raw("SELECT channel_seq FROM messages ORDER BY channel_seq").fetchall()]
+        last = tx.raw("SELECT last_seq FROM channels").fetchone()[0]
+    assert seqs == [1, 2] and last == 2  # the loser's channel_seq was rolled back

@@ -73,3 +73,84 @@ def test_transient_classification():
     assert is_transient(busy)
     assert not is_transient(sqlite3.IntegrityError("UNIQUE constraint failed"))
     assert not is_transient(ValueError("x"))
+
+
+# -- the pool's liveness check (PostgreSQL) ------------------------------------------------
+def _count_pings(store, monkeypatch) -> list[int]:
+    """Count the pool's liveness pings (``dialect.do_ping``, the ``SELECT 1`` a checkout
+    may send) of ``store``."""
+    pings: list[int] = []
+    original = store.engine.dialect.do_ping
+
+    def do_ping(dbapi_connection):
+        pings.append(1)
+        return original(dbapi_connection)
+
+    monkeypatch.setattr(store.engine.dialect, "do_ping", do_ping)
+    return pings
+
+
+def _backend_pid(store) -> int:
+    with store.write() as tx:
+        return int(tx.raw("SELECT pg_backend_pid()").fetchone()[0])
+
+
+def _terminate_other_backends(store) -> None:
+    """The server drops every connection of the store's database but this admin one."""
+    import psycopg
+
+    from tidings.store.engine import normalize_url
+
+    url = normalize_url(store.url)[1].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+@pytest.mark.postgres_only
+def test_a_connection_used_within_the_idle_limit_is_checked_out_without_a_ping(store, clock, monkeypatch):
+    pings = _count_pings(store, monkeypatch)
+    _backend_pid(store)
+    clock.advance(500)
+    for _ in range(3):
+        with store.write() as tx:
+            tx.execute(INSERT_ACCOUNT, {"id": f"a{_}", "handle": f"h{_}"})
+        with store.read() as tx:
+            tx.scalar(COUNT_ACCOUNTS)
+    assert pings == []
+    clock.advance(1_001)  # idle in the pool longer than a second: pinged once
+    with store.read() as tx:
+        assert tx.scalar(COUNT_ACCOUNTS) == 3
+    assert pings == [1]
+
+
+@pytest.mark.postgres_only
+def test_a_connection_killed_while_idle_in_the_pool_is_replaced_not_surfaced(store, clock, monkeypatch):
+    pings = _count_pings(store, monkeypatch)
+    pid = _backend_pid(store)
+    _terminate_other_backends(store)
+    clock.advance(1_001)
+    with store.write() as tx:  # no error: the ping found it dead and the pool replaced it
+        tx.execute(INSERT_ACCOUNT, {"id": "a1", "handle": "alice"})
+        assert int(tx.raw("SELECT pg_backend_pid()").fetchone()[0]) != pid
+    assert pings, "the idle connection was pinged"
+    with store.read() as tx:
+        assert tx.scalar(COUNT_ACCOUNTS) == 1
+
+
+@pytest.mark.postgres_only
+def test_a_connection_a_statement_found_broken_is_replaced_at_the_next_checkout_for_free(store, monkeypatch):
+    from tidings.store.engine import is_transient
+
+    pings = _count_pings(store, monkeypatch)
+    _backend_pid(store)
+    _terminate_other_backends(store)
+    with pytest.raises(Exception) as lost:  # used at once: the statement meets the lost link
+        with store.write() as tx:
+            tx.execute(INSERT_ACCOUNT, {"id": "a1", "handle": "alice"})
+    assert is_transient(lost.value)
+    with store.write() as tx:  # the broken connection is not handed out again
+        tx.execute(INSERT_ACCOUNT, {"id": "a2", "handle": "bob"})
+    assert pings == []

@@ -108,8 +108,8 @@ class Router:
         whose read is missing from it (the batched read failed) is read alone, as before.
         """
         events = list(events)
-        wanted = [e.message_id for e in events if e.author_id not in self.live]
-        reads = self.read_batch(wanted)
+        fanning = [e for e in events if e.author_id not in self.live]
+        reads = self.read_batch([e.message_id for e in fanning], [e.channel_id for e in fanning])
         for payload in events:
             try:
                 with coalesced_wakes():
@@ -201,19 +201,20 @@ class Router:
                         self.fan_out(row, members)
 
     # -- reads -----------------------------------------------------------------------------
-    def read_batch(self, message_ids: list[str]) -> Reads | None:
-        """The current rows of these messages and the agents of their channels: two
-        statements, in autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips; each
-        statement sees what it would inside a READ COMMITTED transaction) and in one
-        snapshot on SQLite. None when there is nothing to read or the read failed: the
-        caller then reads each message alone."""
+    def read_batch(self, message_ids: list[str], channel_ids: list[str] | None = None) -> Reads | None:
+        """The current rows of these messages and the agents of their channels: one
+        statement when ``channel_ids`` (from the posted events) is given, else two; in
+        autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips; each statement sees what
+        it would inside a READ COMMITTED transaction) and in one snapshot on SQLite. None
+        when there is nothing to read or the read failed: the caller then reads each
+        message alone."""
         if not message_ids:
             return None
         try:
             if self.faults.fire(BATCH_READ_FAULT):
                 raise RuntimeError("fault: delivery.batch_read_error")
             with self.link.db.autocommit_read() as tx:
-                rows, members = delivery_store.messages_with_agents(tx, message_ids)
+                rows, members = delivery_store.messages_with_agents(tx, message_ids, channel_ids)
         except Exception as exc:  # noqa: BLE001 - each message is read alone instead
             self.link.failed("batched read failed; reading each message alone", exc,
                              level="warning", messages=len(message_ids))

@@ -1,7 +1,15 @@
-"""The post path: one transaction, then a bus publish only for a newly inserted row.
+"""The post path: one atomic write, then a bus publish only for a newly inserted row.
 
-Inside the transaction: membership, post policy, topic get-or-create, the channel's next
-``channel_seq`` (row lock), and the idempotent insert. A repeated ``client_request_id``
+The post's reads are one statement (channel, membership, topic, a stored message with the
+same ``client_request_id``: ``messages.post_context``), then the post policy, a topic
+created only when missing, and the channel's next ``channel_seq`` (row lock) with the
+idempotent insert, one statement on PostgreSQL (``messages.insert_next_message``).
+
+PostgreSQL, the common post (the topic exists, the channel is not linked, one process, no
+caller transaction; ``Posting._post_alone``): the read and the insert each run alone in
+autocommit, and the insert commits by itself: two round trips, no BEGIN or COMMIT, and the
+channel row lock is held for the server's work and the WAL flush only. Every other post
+(and every post on SQLite) runs in one transaction. A repeated ``client_request_id``
 from the same author returns the stored message with ``inserted=False`` and publishes
 nothing, so a client retry is never delivered twice. The publish happens in
 ``after_commit``: a bus event always points at a durable row (the reverse is not true; a
@@ -24,7 +32,6 @@ from ..store import messages as messages_store
 from ..store.engine import Store, Tx
 from .asks import block_text, normalize_ask_block
 from .events import MessagePosted, MessageUpdated
-from .post_reads import read_ahead
 
 DEFAULT_TOPIC = "general"
 MAX_TOPIC = 80
@@ -109,6 +116,10 @@ class Posting:
         if tx is not None:
             return self._post_in(tx, *args)
         try:
+            if self.store.dialect == "postgresql" and self.notify_in_tx is None:
+                done = self._post_alone(*args)
+                if done is not None:
+                    return done
             with self.store.write() as own:
                 return self._post_in(own, *args)
         except _Duplicate:
@@ -118,15 +129,44 @@ class Posting:
                 raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
             return existing, False
 
-    def _post_in(
-        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+    def _post_alone(
+        self, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
         occurred_at_ms: int | None = None,
-    ) -> tuple[dict[str, Any], bool]:
-        read_ahead(tx, channel_id=channel_id, author_id=author_id, topic=topic, client_request_id=crid)
-        channel = channels_store.channel_for_post(tx, channel_id)
-        if channel is None:
+    ) -> tuple[dict[str, Any], bool] | None:
+        """PostgreSQL, the common case: the reads, then ONE statement that takes the
+        channel_seq, inserts and commits by itself (autocommit), so the channel row lock is
+        held for the server's work and the commit, never across a client turn; two round
+        trips, no BEGIN or COMMIT. Its one write is atomic on its own, so nothing is lost
+        against the transaction: the reads are checks that a transaction under READ
+        COMMITTED also reads in a statement of their own. None when the post needs more
+        than that statement (a topic to create, a linked channel's outbox row): the caller
+        then runs ``_post_in`` in a transaction."""
+        conn = self.store.dedicated()
+        try:
+            with conn.autocommit_read() as rtx:
+                ctx = self._admit(rtx, author_id, channel_id, topic, crid, is_admin)
+            if isinstance(ctx, dict):
+                return ctx, False
+            if ctx.topic_id is None or ctx.channel["linked"]:
+                return None
+            with conn.autocommit_write() as wtx:
+                return self._insert(wtx, ctx.channel, ctx.topic_id, author_id, channel_id, blocks, text, crid,
+                                    occurred_at_ms, self.store.now_ms(), alone=True)
+        finally:
+            conn.close()
+
+    def _admit(
+        self, tx: Tx, author_id: str, channel_id: str, topic: str, crid: str, is_admin: bool
+    ) -> messages_store.PostContext | dict[str, Any]:
+        """The post's reads and checks: the context to insert with, or the author's stored
+        message with this ``client_request_id`` (a retry). Raises when the post is refused."""
+        ctx = messages_store.post_context(
+            tx, channel_id=channel_id, author=author_id, topic=topic, client_request_id=crid
+        )
+        if ctx is None:
             raise NotFound("unknown channel", code="unknown_channel")
-        if channels_store.membership(tx, channel_id, author_id) is None:
+        channel = ctx.channel
+        if not ctx.is_member:
             if is_admin:
                 raise Forbidden("the admin is not a member of this channel", code="not_a_member")
             if channels_store.owns_an_agent_member(tx, channel_id, author_id):  # it can see it (D55)
@@ -134,23 +174,37 @@ class Posting:
             raise NotFound("unknown channel", code="unknown_channel")
         if channel["post_policy"] == "owner_only" and channel["owner_account_id"] != author_id:
             raise Forbidden("only the channel owner may post here", code="post_policy")
-        if crid:
-            existing = messages_store.by_client_request(tx, author_id, crid)
-            if existing is not None:
-                if existing["channel_id"] != channel_id:
-                    raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
-                return existing, False
+        existing = ctx.existing
+        if existing is not None:
+            if existing["channel_id"] != channel_id:
+                raise BadRequest("client_request_id was already used for another channel", code="crid_reused")
+            return existing
+        return ctx
+
+    def _post_in(
+        self, tx: Tx, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
+        occurred_at_ms: int | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        ctx = self._admit(tx, author_id, channel_id, topic, crid, is_admin)
+        if isinstance(ctx, dict):
+            return ctx, False
         now = self.store.now_ms()
-        topic_id = channels_store.get_or_create_topic(
+        topic_id = ctx.topic_id or channels_store.get_or_create_topic(
             tx, id=new_id("top"), channel_id=channel_id, name=topic, created_by=author_id, now=now
         )
-        channel_seq = channels_store.next_channel_seq(tx, channel_id)
+        return self._insert(tx, ctx.channel, topic_id, author_id, channel_id, blocks, text, crid, occurred_at_ms, now)
+
+    def _insert(
+        self, tx: Tx, channel: dict[str, Any], topic_id: str, author_id: str, channel_id: str, blocks: list,
+        text: str, crid: str, occurred_at_ms: int | None, now: int, *, alone: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Insert the admitted post, queue its outbox row (linked channel), its cluster
+        notification and its publish (after the commit)."""
         message_id = new_id("msg")
-        seq = messages_store.insert_message(
+        taken = messages_store.insert_next_message(
             tx,
             id=message_id,
             channel_id=channel_id,
-            channel_seq=channel_seq,
             topic_id=topic_id,
             author=author_id,
             now=now,
@@ -158,9 +212,11 @@ class Posting:
             text=text,
             client_request_id=crid,
             occurred_at_ms=occurred_at_ms,
+            alone=alone,
         )
-        if seq is None:  # a concurrent post with the same client_request_id won
+        if taken is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
+        seq, channel_seq = taken
         tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
         if channel["linked"]:
             outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)

@@ -1,7 +1,8 @@
 """Channels, members and topics: rows only, no policy.
 
-``next_channel_seq`` is the one place a message's ``channel_seq`` comes from: an UPDATE of
-the channel row inside the post transaction. The row lock it takes (PostgreSQL) or the
+``next_channel_seq_sql`` is the one place a message's ``channel_seq`` comes from: an UPDATE
+of the channel row inside the post transaction (on PostgreSQL inside the message insert
+itself, ``messages.INSERT_NEXT_MESSAGE``). The row lock it takes (PostgreSQL) or the
 single writer (SQLite) makes ``channel_seq`` gap-free and in commit order within a channel,
 which a PostgreSQL sequence is not.
 """
@@ -24,18 +25,16 @@ INSERT_CHANNEL = Stmt(
     name="insert_channel",
 )
 CHANNEL_BY_ID = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_by_id")
-# The post path's channel read also says whether any bridge conversation is linked to the
-# channel, so an unlinked channel's post costs no outbox statement (bridges/outbox.py).
-CHANNEL_FOR_POST = Stmt(
-    f"SELECT {CHANNEL_COLUMNS}, EXISTS (SELECT 1 FROM bridge_links l WHERE l.channel_id = channels.id) AS linked "
-    "FROM channels WHERE id = :id",
-    name="channel_for_post",
-)
 CHANNEL_FOR_UPDATE = Stmt(f"SELECT {CHANNEL_COLUMNS} FROM channels WHERE id = :id", name="channel_for_update")
-NEXT_CHANNEL_SEQ = Stmt(
-    "UPDATE channels SET last_seq = last_seq + 1 WHERE id = :id RETURNING last_seq",
-    name="next_channel_seq",
-)
+
+
+def next_channel_seq_sql(param: str) -> str:
+    """The one statement a ``channel_seq`` comes from (the channel row lock), for the
+    channel id bound to ``:param``; ``messages.INSERT_NEXT_MESSAGE`` embeds it."""
+    return f"UPDATE channels SET last_seq = last_seq + 1 WHERE id = :{param} RETURNING last_seq"
+
+
+NEXT_CHANNEL_SEQ = Stmt(next_channel_seq_sql("id"), name="next_channel_seq")
 CHANNELS_OF_MEMBER = Stmt(
     f"SELECT {', '.join('c.' + c.strip() for c in CHANNEL_COLUMNS.split(','))}, m.subscribed "
     "FROM channel_members m JOIN channels c ON c.id = m.channel_id "
@@ -107,15 +106,6 @@ def insert_channel(
             "now": now,
         },
     )
-
-
-def channel_for_post(tx: Tx, channel_id: str) -> dict[str, Any] | None:
-    """``channel`` plus ``linked``: whether a bridge conversation is linked to it."""
-    row = tx.mapping(CHANNEL_FOR_POST, {"id": channel_id})
-    if row is not None:
-        row["mandatory_subscription"] = bool(row["mandatory_subscription"])
-        row["linked"] = bool(row["linked"])
-    return row
 
 
 def channel(tx: Tx, channel_id: str) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from typing import Any
 from .engine import Tx
 from .messages import MESSAGE_COLUMNS, row_to_message
 from .sql import PerDialect, Stmt, in_list, list_param
-from .sweep import ChannelAgent, channels_agents
+from .sweep import CHANNELS_AGENTS_SELECT, ChannelAgent, channel_agent, channels_agents
 
 CHANNEL_PAGE_FOR = Stmt(
     f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.channel_id = :channel_id "
@@ -53,6 +53,29 @@ MESSAGES_BY_IDS = PerDialect(
 )
 
 
+# The live path's batch in ONE statement when the channels are known up front (a posted
+# event names its channel): the rows (part 0) and the agent members of those channels
+# (part 1, by channel then account id), as a UNION ALL of the two plain reads, each
+# planned on its own (no join, no aggregate; see ``messages_with_agents``).
+_MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
+_MESSAGE_NAMES = tuple(c.strip()[2:] for c in MESSAGE_COLUMNS.split(","))
+_MESSAGES_AND_AGENTS = (
+    f"SELECT 0 AS part, {MESSAGE_COLUMNS}, NULL, NULL, NULL, NULL, NULL FROM messages m WHERE m.id {{IDS}} "
+    f"UNION ALL SELECT 1, {', '.join(['NULL'] * _MESSAGE_WIDTH)}, agents.* FROM ("
+    + CHANNELS_AGENTS_SELECT.replace("{IN}", "{CHANNEL_IDS}")
+    + ") agents ORDER BY 1, " + f"{_MESSAGE_WIDTH + 2}, {_MESSAGE_WIDTH + 3}"
+)
+MESSAGES_AND_AGENTS = PerDialect(
+    name="messages_and_agents",
+    **{
+        dialect: _MESSAGES_AND_AGENTS.replace("{IDS}", in_list("ids", "text")[dialect]).replace(
+            "{CHANNEL_IDS}", in_list("channel_ids", "text")[dialect]
+        )
+        for dialect in ("sqlite", "postgresql")
+    },
+)
+
+
 def messages_by_ids(tx: Tx, message_ids: list[str]) -> dict[str, dict[str, Any]]:
     """The current rows of these messages (blocks decoded), by id; unknown ids are absent."""
     if not message_ids:
@@ -62,17 +85,32 @@ def messages_by_ids(tx: Tx, message_ids: list[str]) -> dict[str, dict[str, Any]]
 
 
 def messages_with_agents(
-    tx: Tx, message_ids: list[str]
+    tx: Tx, message_ids: list[str], channel_ids: list[str] | None = None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[ChannelAgent]]]:
     """``messages_by_ids`` and the ``channels_agents`` of every channel those rows are in
     (two statements: run them in one ``read()`` for one snapshot on SQLite).
+
+    With ``channel_ids`` (the channels the messages were posted in, known from their
+    events): ONE statement, ``MESSAGES_AND_AGENTS``, and the agents of exactly those
+    channels (a row in a channel not listed reads its agents alone, as before).
 
     Two plain statements, not one: a single statement joining both (a CTE with a JSON
     aggregate, or a correlated subquery) costs PostgreSQL more planning time per call than
     the round trip it saves (measured: ~350 us and ~220 us against ~135 us for both).
     """
-    rows = messages_by_ids(tx, message_ids)
-    return rows, channels_agents(tx, sorted({r["channel_id"] for r in rows.values()}))
+    if channel_ids is None:
+        rows = messages_by_ids(tx, message_ids)
+        return rows, channels_agents(tx, sorted({r["channel_id"] for r in rows.values()}))
+    wanted = sorted(set(channel_ids))
+    rows = {}
+    members: dict[str, list[ChannelAgent]] = {cid: [] for cid in wanted}
+    for r in tx.all(MESSAGES_AND_AGENTS, {"ids": list_param(tx, message_ids), "channel_ids": list_param(tx, wanted)}):
+        if r[0] == 0:
+            row = row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
+            rows[row["id"]] = row
+        else:
+            members[r[_MESSAGE_WIDTH + 1]].append(channel_agent(r[_MESSAGE_WIDTH + 2:]))
+    return rows, members
 
 
 def channel_page_for(tx: Tx, agent_id: str, channel_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:

@@ -431,8 +431,9 @@ class Store:
                 sa_url,
                 pool_size=pool_size or 5,
                 max_overflow=20,
-                pool_pre_ping=True,
+                pool_pre_ping=False,  # ``_ping_when_idle`` instead: no round trip per checkout
             )
+            _ping_when_idle(self.engine, clock)
         if migrate:
             from .migrate import migrate as run_migrations  # cycle: migrate.py needs Store (engine.py)
 
@@ -675,6 +676,42 @@ def _rollback_quietly(dbapi: Any, meter: Meter = _NO_METER) -> None:
             dbapi.rollback()
     except Exception:  # noqa: BLE001 - the connection is gone; the pool will discard it
         pass
+
+
+#: A pooled PostgreSQL connection idle longer than this (store clock) is pinged at checkout.
+PING_IDLE_MS = 1_000
+
+
+def _ping_when_idle(engine: sa.engine.Engine, clock: Clock) -> None:
+    """The pool's liveness check without a round trip per checkout.
+
+    ``pool_pre_ping`` sends ``SELECT 1`` at every checkout, i.e. one more round trip for
+    every ``Store.write()``/``read()``. Instead, a connection that sat in the pool longer
+    than ``PING_IDLE_MS`` is pinged first; a failed ping raises ``InvalidatePoolError``:
+    the pool discards this connection and every one pooled before it (a lost link usually
+    means the server restarted) and connects afresh, the recovery pre-ping gives. (A
+    connection a statement found broken never comes back: its reset at checkin fails, and
+    the pool discards it then.) A connection used within the last second is handed out as is:
+    if the server dropped it in that second, its next statement fails with a transient
+    error (``is_transient``), as any statement can when the link drops mid-use.
+    """
+
+    @sa.event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi: Any, record: Any) -> None:
+        if record is not None:
+            record.info["idle_since_ms"] = clock.now_ms()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since_ms")
+        if since is None or clock.now_ms() - since <= PING_IDLE_MS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi)
+        except Exception as exc:  # noqa: BLE001 - any failure means: not usable
+            raise sa.exc.InvalidatePoolError(f"ping failed: {exc!r}") from exc
+        if not alive:  # pragma: no cover - do_ping raises rather than returning False
+            raise sa.exc.InvalidatePoolError("ping failed")
 
 
 def _sqlite_on_connect(dbapi: sqlite3.Connection, _record: Any) -> None:

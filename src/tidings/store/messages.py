@@ -9,10 +9,12 @@ PostgreSQL sequence can.
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
-from .engine import Tx
-from .sql import Stmt
+from .channels import CHANNEL_COLUMNS, next_channel_seq, next_channel_seq_sql
+from .engine import Tx, is_integrity_error
+from .sql import PerDialect, Stmt
 
 MESSAGE_COLUMNS = (
     "m.id, m.seq, m.channel_id, m.channel_seq, m.topic_id, m.author_account_id, m.at_unix_ms, "
@@ -28,6 +30,55 @@ INSERT_MESSAGE = Stmt(
     "RETURNING seq",
     name="insert_message",
 )
+# PostgreSQL: the channel's next ``channel_seq`` (its row lock) and the insert in ONE
+# statement, so the lock is taken by the post's last statement before COMMIT and is held
+# for one client turn less. A used client request id inserts nothing but has taken the
+# seq: the caller rolls the transaction back (``insert_next_message``). SQLite (no UPDATE
+# in a WITH) runs ``next_channel_seq`` and ``INSERT_MESSAGE``.
+_INSERT_MESSAGE_COLUMNS = (
+    "INSERT INTO messages (id, channel_id, channel_seq, topic_id, author_account_id, at_unix_ms, "
+    "blocks, text, client_request_id, occurred_at_ms) "
+)
+_INSERT_NEXT = (
+    f"WITH next AS ({next_channel_seq_sql('channel_id')}) "
+    + _INSERT_MESSAGE_COLUMNS
+    + "VALUES (:id, :channel_id, (SELECT last_seq FROM next), :topic_id, :author, :now, :blocks, :text, "
+    ":client_request_id, :occurred_at_ms) "
+)
+INSERT_NEXT_MESSAGE = PerDialect(
+    name="insert_next_message",
+    sqlite="SELECT NULL",
+    postgresql=(
+        _INSERT_NEXT
+        + "ON CONFLICT (author_account_id, client_request_id) WHERE client_request_id <> '' DO NOTHING "
+        "RETURNING seq, channel_seq"
+    ),
+)
+# The same as a statement that commits alone (autocommit): a used client request id fails
+# the whole statement (unique violation of ``IDEMPOTENCY_INDEX``), so the seq it took is
+# never committed; ``DO NOTHING`` there would commit the channel's bump without a message.
+INSERT_NEXT_MESSAGE_ALONE = PerDialect(
+    name="insert_next_message_alone", sqlite="SELECT NULL", postgresql=_INSERT_NEXT + "RETURNING seq, channel_seq"
+)
+IDEMPOTENCY_INDEX = "messages_idem_idx"
+# Everything a post reads before it writes, in one statement (one round trip with the
+# transaction's BEGIN on PostgreSQL): the channel, whether a bridge conversation is linked
+# to it (an unlinked channel's post costs no outbox statement), whether the author is a
+# member, the topic's id by folded name, and the author's stored message with this client
+# request id (none for an empty one: an empty id is no key). No read depends on another.
+_CHANNEL_AS_C = ", ".join("c." + c.strip() for c in CHANNEL_COLUMNS.split(","))
+POST_CONTEXT = Stmt(
+    f"SELECT {_CHANNEL_AS_C}, "
+    "EXISTS (SELECT 1 FROM bridge_links l WHERE l.channel_id = c.id), "
+    "EXISTS (SELECT 1 FROM channel_members cm WHERE cm.channel_id = c.id AND cm.account_id = :author), "
+    "(SELECT t.id FROM topics t WHERE t.channel_id = c.id AND t.name_folded = :name_folded), "
+    f"{MESSAGE_COLUMNS} FROM channels c LEFT JOIN messages m ON m.author_account_id = :author "
+    "AND m.client_request_id = :client_request_id AND m.client_request_id <> '' "
+    "WHERE c.id = :channel_id",
+    name="post_context",
+)
+_CHANNEL_NAMES = tuple(c.strip() for c in CHANNEL_COLUMNS.split(","))
+_MESSAGE_NAMES = tuple(c.strip()[2:] for c in MESSAGE_COLUMNS.split(","))
 BY_CLIENT_REQUEST = Stmt(
     f"SELECT {MESSAGE_COLUMNS} FROM messages m "
     "WHERE m.author_account_id = :author AND m.client_request_id = :client_request_id",
@@ -62,12 +113,11 @@ def row_to_message(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def insert_message(
+def insert_next_message(
     tx: Tx,
     *,
     id: str,
     channel_id: str,
-    channel_seq: int,
     topic_id: str,
     author: str,
     now: int,
@@ -75,24 +125,73 @@ def insert_message(
     text: str,
     client_request_id: str,
     occurred_at_ms: int | None = None,
-) -> int | None:
-    """Insert a message; the global ``seq``, or None when the client request id was used.
-    ``occurred_at_ms``: the network time of a message posted from a network, else None."""
-    return cast("int | None", tx.scalar(
-        INSERT_MESSAGE,
-        {
-            "id": id,
-            "channel_id": channel_id,
-            "channel_seq": channel_seq,
-            "topic_id": topic_id,
-            "author": author,
-            "now": now,
-            "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
-            "text": text,
-            "client_request_id": client_request_id,
-            "occurred_at_ms": occurred_at_ms,
-        },
-    ))
+    alone: bool = False,
+) -> tuple[int, int] | None:
+    """Take the channel's next ``channel_seq`` (holding the channel row lock until commit)
+    and insert the message with it; (global ``seq``, ``channel_seq``), or None when the
+    author's client request id was used (the seq was taken: roll the transaction back, or
+    the channel would have a gap). PostgreSQL: one statement; SQLite: two.
+
+    ``alone`` (PostgreSQL, ``tx`` in autocommit): the statement commits by itself, the row
+    lock is held for the server's work and the commit only, and a used client request id
+    fails the statement whole (None, nothing committed)."""
+    params: dict[str, Any] = {
+        "id": id,
+        "channel_id": channel_id,
+        "topic_id": topic_id,
+        "author": author,
+        "now": now,
+        "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
+        "text": text,
+        "client_request_id": client_request_id,
+        "occurred_at_ms": occurred_at_ms,
+    }
+    if tx.dialect == "postgresql":
+        if alone:
+            try:
+                row = tx.one(INSERT_NEXT_MESSAGE_ALONE, params)
+            except Exception as exc:
+                if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
+                    IDEMPOTENCY_INDEX
+                ):
+                    return None
+                raise
+        else:
+            row = tx.one(INSERT_NEXT_MESSAGE, params)
+        return None if row is None else (int(row[0]), int(row[1]))
+    channel_seq = next_channel_seq(tx, channel_id)
+    seq = tx.scalar(INSERT_MESSAGE, {**params, "channel_seq": channel_seq})
+    return None if seq is None else (int(seq), channel_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class PostContext:
+    """What ``post_context`` read: the channel row (with ``linked``), whether the author
+    is a member, the topic's id (None: no such topic yet) and the author's stored message
+    with the post's client request id (None: unused, or no id given)."""
+
+    channel: dict[str, Any]
+    is_member: bool
+    topic_id: str | None
+    existing: dict[str, Any] | None
+
+
+def post_context(tx: Tx, *, channel_id: str, author: str, topic: str, client_request_id: str) -> PostContext | None:
+    """A post's reads in one statement (``POST_CONTEXT``); None when the channel is unknown."""
+    row = tx.one(
+        POST_CONTEXT,
+        {"channel_id": channel_id, "author": author, "name_folded": topic.casefold(),
+         "client_request_id": client_request_id},
+    )
+    if row is None:
+        return None
+    n = len(_CHANNEL_NAMES)
+    channel = dict(zip(_CHANNEL_NAMES, row[:n], strict=True))
+    channel["mandatory_subscription"] = bool(channel["mandatory_subscription"])
+    channel["linked"] = bool(row[n])
+    stored = row[n + 3:]
+    existing = None if stored[0] is None else row_to_message(dict(zip(_MESSAGE_NAMES, stored, strict=True)))
+    return PostContext(channel, bool(row[n + 1]), row[n + 2], existing)
 
 
 def by_client_request(tx: Tx, author: str, client_request_id: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from .engine import Tx
 from .sql import PerDialect, Stmt, in_list, list_param
@@ -57,10 +58,13 @@ SWEEP_CURSORS = Stmt(
     f"WHERE k.agent_id = :agent_id AND {SWEEP_SET} ORDER BY k.channel_id",
     name="sweep_cursors",
 )
-_CHANNELS_AGENTS = (
+#: The agent members of the channels in ``{IN}`` (an ``in_list`` fragment), unordered:
+#: ``CHANNELS_AGENTS`` orders it; ``delivery.MESSAGES_AND_AGENTS`` embeds it.
+CHANNELS_AGENTS_SELECT = (
     f"SELECT cm.channel_id, a.id, a.handle, a.wake_json, {SWEEP_SET} AS in_sweep {_MEMBER_JOINS} "
-    "WHERE cm.channel_id {IN} AND a.kind = 'agent' ORDER BY cm.channel_id, a.id"
+    "WHERE cm.channel_id {IN} AND a.kind = 'agent'"
 )
+_CHANNELS_AGENTS = CHANNELS_AGENTS_SELECT + " ORDER BY cm.channel_id, a.id"
 CHANNELS_AGENTS = PerDialect(
     name="channels_agents",
     **{dialect: _CHANNELS_AGENTS.replace("{IN}", frag) for dialect, frag in in_list("channel_ids", "text").items()},
@@ -89,8 +93,13 @@ def channels_agents(tx: Tx, channel_ids: list[str]) -> dict[str, list[ChannelAge
     if not channel_ids:
         return out
     for r in tx.all(CHANNELS_AGENTS, {"channel_ids": list_param(tx, channel_ids)}):
-        out[r[0]].append(ChannelAgent(r[1], r[2], r[3], bool(r[4])))
+        out[r[0]].append(channel_agent(r[1:]))
     return out
+
+
+def channel_agent(r: tuple[Any, ...]) -> ChannelAgent:
+    """A ``ChannelAgent`` from the (id, handle, wake_json, in_sweep) columns of a row."""
+    return ChannelAgent(r[0], r[1], r[2], bool(r[3]))
 
 
 def in_sweep_set(tx: Tx, agent_id: str, channel_id: str) -> bool:
