@@ -875,3 +875,13 @@ add("echo.lock_after_read", "src/tidings/bridges/echo.py",
       "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
     backend="postgres",
     why="the echo read runs without its per-conversation lock: an echo and its send report can miss each other")
+
+# == issue 12: a cluster node's one-statement post sends its notification (D99) ================
+add("posting.alone_notify_not_sent", MESSAGES,
+    '"SELECT inserted.seq, inserted.channel_seq FROM inserted CROSS JOIN notified"',
+    '"SELECT inserted.seq, inserted.channel_seq FROM inserted"',
+    t("tests/test_post_notify.py",
+      "test_a_one_statement_post_sends_the_posted_notification_it_would_send_from_a_transaction"),
+    backend="postgres",
+    why="the notification's CTE is never referenced, so PostgreSQL never runs it: a cluster node's post "
+        "reaches no other node until a recovery scan")

@@ -161,6 +161,14 @@ class ClusterNode:
             return
         nodes_store.notify(tx, events.encode_posted(self.node_id, event))
 
+    def posted_notify_params(self) -> dict[str, str] | None:
+        """What a post that commits in one statement needs to send ``notify_posted``'s
+        notification itself (``messages.INSERT_NEXT_MESSAGE_ALONE_NOTIFY``); None when the
+        ``cluster.notify_off`` fault drops it."""
+        if self.faults.fire(NOTIFY_OFF_FAULT):
+            return None
+        return {"notify_channel": nodes_store.CHANNEL, "notify_kind": str(events.POSTED), "notify_node": self.node_id}
+
     def notify_settled(self, agent_id: str) -> None:
         """The author settled here: the other nodes fan out what they held for it."""
         try:
@@ -429,6 +437,7 @@ def attach(runtime: Any, address: str = "") -> ClusterNode:
 
     node = ClusterNode(runtime, ClusterOptions.from_env(address))
     runtime.posting.notify_in_tx = node.notify_posted
+    runtime.posting.notify_in_statement = node.posted_notify_params
     runtime.delivery.attach_cluster(node)
     if runtime.ingest is not None:
         runtime.ingest.worker.across_nodes = True

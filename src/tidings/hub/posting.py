@@ -83,6 +83,9 @@ class Posting:
         self.faults = faults or store.faults
         #: Cluster (PostgreSQL): ``ClusterNode.notify_posted``, run inside the post transaction.
         self.notify_in_tx: Callable[[Tx, MessagePosted], None] | None = None
+        # A cluster node's same notification, sent by the one statement of a post that
+        # commits alone (``_post_alone``): its parameters, or None to send none this time.
+        self.notify_in_statement: Callable[[], dict[str, str] | None] | None = None
 
     def post(
         self,
@@ -116,7 +119,7 @@ class Posting:
         if tx is not None:
             return self._post_in(tx, *args)
         try:
-            if self.store.dialect == "postgresql" and self.notify_in_tx is None:
+            if self.store.dialect == "postgresql" and (self.notify_in_tx is None or self.notify_in_statement is not None):
                 done = self._post_alone(*args)
                 if done is not None:
                     return done
@@ -140,7 +143,9 @@ class Posting:
         against the transaction: the reads are checks that a transaction under READ
         COMMITTED also reads in a statement of their own. None when the post needs more
         than that statement (a topic to create, a linked channel's outbox row): the caller
-        then runs ``_post_in`` in a transaction."""
+        then runs ``_post_in`` in a transaction. A cluster node's posted notification is
+        sent by that same statement (``notify_in_statement``), so it still goes out at the
+        commit that stored the message, and only then."""
         conn = self.store.dedicated()
         try:
             with conn.autocommit_read() as rtx:
@@ -201,6 +206,9 @@ class Posting:
         """Insert the admitted post, queue its outbox row (linked channel), its cluster
         notification and its publish (after the commit)."""
         message_id = new_id("msg")
+        notify = None
+        if alone and self.notify_in_statement is not None:
+            notify = self.notify_in_statement()  # None: this notification is dropped (a fault)
         taken = messages_store.insert_next_message(
             tx,
             id=message_id,
@@ -213,6 +221,7 @@ class Posting:
             client_request_id=crid,
             occurred_at_ms=occurred_at_ms,
             alone=alone,
+            notify=notify,
         )
         if taken is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
@@ -221,7 +230,7 @@ class Posting:
         if channel["linked"]:
             outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
-        if self.notify_in_tx is not None:  # cluster hook: other nodes learn of it at this commit
+        if self.notify_in_tx is not None and not alone:  # cluster hook: other nodes learn of it at this commit
             self.notify_in_tx(tx, event)
         tx.after_commit(lambda: self._publish(event))
         row = {

@@ -39,12 +39,11 @@ _INSERT_MESSAGE_COLUMNS = (
     "INSERT INTO messages (id, channel_id, channel_seq, topic_id, author_account_id, at_unix_ms, "
     "blocks, text, client_request_id, occurred_at_ms) "
 )
-_INSERT_NEXT = (
-    f"WITH next AS ({next_channel_seq_sql('channel_id')}) "
-    + _INSERT_MESSAGE_COLUMNS
-    + "VALUES (:id, :channel_id, (SELECT last_seq FROM next), :topic_id, :author, :now, :blocks, :text, "
+_NEXT_MESSAGE_VALUES = (
+    "VALUES (:id, :channel_id, (SELECT last_seq FROM next), :topic_id, :author, :now, :blocks, :text, "
     ":client_request_id, :occurred_at_ms) "
 )
+_INSERT_NEXT = f"WITH next AS ({next_channel_seq_sql('channel_id')}) " + _INSERT_MESSAGE_COLUMNS + _NEXT_MESSAGE_VALUES
 INSERT_NEXT_MESSAGE = PerDialect(
     name="insert_next_message",
     sqlite="SELECT NULL",
@@ -59,6 +58,26 @@ INSERT_NEXT_MESSAGE = PerDialect(
 # never committed; ``DO NOTHING`` there would commit the channel's bump without a message.
 INSERT_NEXT_MESSAGE_ALONE = PerDialect(
     name="insert_next_message_alone", sqlite="SELECT NULL", postgresql=_INSERT_NEXT + "RETURNING seq, channel_seq"
+)
+# The same for a cluster node: the statement also queues the cluster's "posted" notification
+# (``cluster.events``: a JSON object, kind ``k``, node ``n``, message ``m``, channel ``c``,
+# author ``a``, ``cs`` and ``s`` the seqs this insert took), so it is sent at the commit of
+# the very statement that stored the message, and never without it.
+INSERT_NEXT_MESSAGE_ALONE_NOTIFY = PerDialect(
+    name="insert_next_message_alone_notify",
+    sqlite="SELECT NULL",
+    postgresql=(
+        f"WITH next AS ({next_channel_seq_sql('channel_id')}), "
+        "inserted AS ("
+        + _INSERT_MESSAGE_COLUMNS
+        + _NEXT_MESSAGE_VALUES
+        + "RETURNING seq, channel_seq), "
+        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), json_build_object("
+        "'k', CAST(:notify_kind AS text), 'n', CAST(:notify_node AS text), 'm', CAST(:id AS text), "
+        "'c', CAST(:channel_id AS text), 'a', CAST(:author AS text), 'cs', inserted.channel_seq, "
+        "'s', inserted.seq)::text) AS sent FROM inserted) "
+        "SELECT inserted.seq, inserted.channel_seq FROM inserted CROSS JOIN notified"
+    ),
 )
 IDEMPOTENCY_INDEX = "messages_idem_idx"
 # Everything a post reads before it writes, in one statement (one round trip with the
@@ -126,6 +145,7 @@ def insert_next_message(
     client_request_id: str,
     occurred_at_ms: int | None = None,
     alone: bool = False,
+    notify: dict[str, str] | None = None,
 ) -> tuple[int, int] | None:
     """Take the channel's next ``channel_seq`` (holding the channel row lock until commit)
     and insert the message with it; (global ``seq``, ``channel_seq``), or None when the
@@ -134,7 +154,9 @@ def insert_next_message(
 
     ``alone`` (PostgreSQL, ``tx`` in autocommit): the statement commits by itself, the row
     lock is held for the server's work and the commit only, and a used client request id
-    fails the statement whole (None, nothing committed)."""
+    fails the statement whole (None, nothing committed). ``notify`` (with ``alone``: the
+    cluster's ``notify_channel``, ``notify_kind`` and ``notify_node``): the same statement
+    also sends the cluster's posted notification at its commit."""
     params: dict[str, Any] = {
         "id": id,
         "channel_id": channel_id,
@@ -149,7 +171,10 @@ def insert_next_message(
     if tx.dialect == "postgresql":
         if alone:
             try:
-                row = tx.one(INSERT_NEXT_MESSAGE_ALONE, params)
+                if notify is not None:
+                    row = tx.one(INSERT_NEXT_MESSAGE_ALONE_NOTIFY, {**params, **notify})
+                else:
+                    row = tx.one(INSERT_NEXT_MESSAGE_ALONE, params)
             except Exception as exc:
                 if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
                     IDEMPOTENCY_INDEX
