@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+from . import search_index
 from .engine import Tx
 from .sql import Stmt
 
@@ -78,6 +79,7 @@ def insert_message(
 ) -> int | None:
     """Insert a message; the global ``seq``, or None when the client request id was used.
     ``occurred_at_ms``: the network time of a message posted from a network, else None."""
+    search_index.queued(tx)
     return cast("int | None", tx.scalar(
         INSERT_MESSAGE,
         {
@@ -117,6 +119,7 @@ def latest_messages(tx: Tx, channel_id: str, limit: int) -> list[dict[str, Any]]
 
 
 def set_blocks(tx: Tx, message_id: str, blocks: list[dict[str, Any]], text: str, now: int) -> None:
+    search_index.queued(tx)
     tx.execute(
         SET_BLOCKS,
         {"id": message_id, "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False), "text": text, "now": now},
