@@ -176,6 +176,9 @@ def catch_up_all(store: Store, batch: int = BATCH) -> int:
     queued for the next catch-up."""
     if store.dialect != "sqlite":
         return 0
+    with store.read() as tx:  # nothing pending: no write transaction, the writer lock stays free
+        if not any_pending(tx):
+            return 0
     total = 0
     while True:
         with store.write() as tx:
