@@ -885,3 +885,31 @@ add("posting.alone_notify_not_sent", MESSAGES,
     backend="postgres",
     why="the notification's CTE is never referenced, so PostgreSQL never runs it: a cluster node's post "
         "reaches no other node until a recovery scan")
+# == SQLite search index catch-up (issue 12; D95) ===================================================
+SEARCH_INDEX_SRC = "src/tidings/store/search_index.py"
+SEARCH_INDEX = "tests/search/test_search_index.py"
+add("search_index.search_does_not_catch_up", SEARCH_INDEX_SRC,
+    "        catch_up_all(store)\n    with store.read() as tx:",
+    "        pass\n    with store.read() as tx:",
+    t(SEARCH_INDEX, "test_a_write_only_queues_and_a_search_indexes_what_is_pending_first"),
+    why="a search runs before the queued messages are indexed: a committed message is not found")
+add("search_index.every_old_text_removed", SEARCH_INDEX_SRC,
+    '"WHERE nth = 1 AND old_text IS NOT NULL"',
+    '"WHERE old_text IS NOT NULL"',
+    t(SEARCH_INDEX, "test_edits_and_deletes_queued_together_reach_the_index_exactly"),
+    why="a row edited twice before a catch-up has text removed that the index never held: the index is corrupt")
+add("search_index.batch_splits_a_row", SEARCH_INDEX_SRC,
+    'consume=Stmt(f"DELETE FROM {t.queue} WHERE rid IN ({taken})"',
+    'consume=Stmt(f"DELETE FROM {t.queue} WHERE id <= :upto"',
+    t(SEARCH_INDEX, "test_edits_and_deletes_queued_together_reach_the_index_exactly"),
+    why="a batch consumes only part of a row's changes: the next batch removes text the index no longer holds")
+add("search_index.pass_not_woken", SEARCH_INDEX_SRC,
+    "        tx.after_commit(SIGNAL.bump)",
+    "        pass",
+    t(SEARCH_INDEX, "test_the_background_pass_indexes_without_a_search"),
+    why="a commit that queued text does not wake the background pass: the index lags until the idle pass")
+add("search_index.queue_not_consumed", SEARCH_INDEX_SRC,
+    'consume=Stmt(f"DELETE FROM {t.queue} WHERE rid IN ({taken})"',
+    'consume=Stmt(f"DELETE FROM {t.queue} WHERE 0 AND rid IN ({taken})"',
+    t(SEARCH_INDEX, "test_a_crash_between_the_write_and_the_indexing_loses_nothing"),
+    why="indexed changes stay queued: every later catch-up indexes the same text again")

@@ -112,6 +112,9 @@ class RuntimeCollector:
             else:
                 yield CounterMetricFamily(f"tidings_delivery_{name}", f"Delivery counter {name} (this process).",
                                           value=value)
+        for name, value in sorted(status.get("search_index", {}).items()):  # SQLite only
+            yield CounterMetricFamily(f"tidings_search_index_{name}",
+                                      f"Search index background pass {name} (this process).", value=value)
         bus = status.get("bus", {})
         yield GaugeMetricFamily("tidings_bus_head_seq", "The bus head (this process).", value=bus.get("head_seq", 0))
 

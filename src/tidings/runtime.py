@@ -21,6 +21,7 @@ from .delivery.engine import Delivery
 from .faults import Faults
 from .hub import accounts
 from .hub.posting import Posting
+from .hub.search_indexer import SearchIndexer
 from .ingest.engine import Ingest
 from .store.engine import Store
 
@@ -56,6 +57,8 @@ class Runtime:
         self.links = Links(self)
         self.delivery: Delivery = Delivery(self)
         self.ingest: Ingest = Ingest(self)
+        # SQLite: the search index catches up in batches on this thread (D95).
+        self.search_indexer = SearchIndexer(self.store)
         # A cluster node (``tidings serve`` on PostgreSQL): see cluster/node.py.
         self.cluster: Any = None
         if cluster and self.store.dialect == "postgresql":
@@ -86,6 +89,7 @@ class Runtime:
             self.cluster.start()
         self.delivery.start()
         self.ingest.start()
+        self.search_indexer.start()
         log.info("runtime started", db=self.store.dialect)
 
     def stop(self) -> None:
@@ -94,6 +98,7 @@ class Runtime:
             self.cluster.stop()
         if self.started:
             self.started = False
+            self.search_indexer.stop()
             self.ingest.stop()
             self.delivery.stop()
             log.info("runtime stopped")
@@ -116,6 +121,7 @@ class Runtime:
             "ingest": self.ingest.status(),
             "delivery": self.delivery.status(),
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
+            **({"search_index": self.search_indexer.status()} if self.store.dialect == "sqlite" else {}),
             "bridges": CONNECTORS.section(self),  # outbox counts and connector counters
             **({"cluster": cluster_status(self)} if self.store.dialect == "postgresql" else {}),
         }

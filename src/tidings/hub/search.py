@@ -30,6 +30,7 @@ from ..bridges.conversations import public_message as conversation_message
 from ..errors import BadRequest
 from ..params import int_param
 from ..store import search as search_store
+from ..store import search_index
 from ..store.engine import Store, Tx
 from . import attachments as attachments_hub
 from . import channels as channels_hub
@@ -122,8 +123,9 @@ def search_rows(tx: Tx, who: Principal, req: SearchRequest) -> tuple[list[dict[s
 
 def search(store: Store, who: Principal, req: SearchRequest) -> dict[str, Any]:
     """The HTTP answer: ``{"query", "words", "results": [{"kind", "score", "snippet",
-    "message"}]}``, best first, at most ``limit``."""
-    with store.read() as tx:
+    "message"}]}``, best first, at most ``limit``. Runs in ``search_index.searching``:
+    every message committed before the search began is found by its current text."""
+    with search_index.searching(store) as tx:
         hub_rows, bridge_rows = search_rows(tx, who, req)
         results = [
             {"kind": "channel_message", "score": float(r["score"]), "snippet": marked_snippet(r["snippet_marked"]),

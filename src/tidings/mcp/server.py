@@ -49,6 +49,7 @@ from ..hub import reads as reads_hub
 from ..hub import refs
 from ..hub import search as search_hub
 from ..hub.tokens import Principal
+from ..store import search_index
 
 #: Names a call's agent from its context; raises ``ToolError`` when it cannot.
 Resolver = Callable[[Context], Principal]
@@ -276,7 +277,7 @@ def build_server(runtime: Any, resolve: Resolver, *, name: str = "tidings") -> M
             query, limit=limit, channel_id=channel_id, conversation_id=conversation_id, author=author,
             before_ms=before_ms, after_ms=after_ms, field="query",
         )
-        with store.read() as tx:
+        with search_index.searching(store) as tx:
             hub_rows, bridge_rows = search_hub.search_rows(tx, who, req)
             hub_hits = [_hub_hit(r) for r in hub_rows]
             attachments_hub.add_to_channel_messages(tx, hub_rows, hub_hits)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, cast
 
+from . import search_index
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -125,6 +126,7 @@ def insert(
     now: int,
 ) -> bool:
     """Insert a new message; False (and nothing written) when the natural key exists."""
+    search_index.queued(tx)
     return tx.rowcount(INSERT, _params(locals())) > 0
 
 
@@ -140,6 +142,7 @@ def update_guarded(
     now: int,
 ) -> bool:
     """Update an ``active`` message's content when a column differs. True when written."""
+    search_index.queued(tx)
     return tx.rowcount(UPDATE_GUARDED, _params(locals())) > 0
 
 
@@ -170,6 +173,7 @@ def upsert(
         "occurred": occurred_at_ms,
         "now": now,
     }  # the projection's hot path: what ``_params(locals())`` gives, built directly
+    search_index.queued(tx)
     if tx.rowcount(INSERT, params) > 0:
         return "inserted"
     if tx.rowcount(UPDATE_GUARDED, params) > 0:
@@ -195,12 +199,14 @@ def _params(values: dict[str, Any]) -> dict[str, Any]:
 def edit(tx: Tx, *, id: str, body: str, at_ms: int, now: int) -> Change | None:
     """Apply an edit unless the message is deleted or a newer edit is stored (last writer
     wins by ``at_ms``). The changed message's sender and direction, or None (no write)."""
+    search_index.queued(tx)
     rows = tx.all(EDIT, {"id": id, "body": body, "at": at_ms, "now": now})
     return Change(rows[0][0], rows[0][1]) if rows else None
 
 
 def delete(tx: Tx, *, id: str, at_ms: int, now: int) -> Change | None:
     """Mark deleted and clear the body; None when missing or already deleted."""
+    search_index.queued(tx)
     rows = tx.all(DELETE, {"id": id, "at": at_ms, "now": now})
     return Change(rows[0][0], rows[0][1]) if rows else None
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from . import search_index
 from .channels import CHANNEL_COLUMNS, next_channel_seq, next_channel_seq_sql
 from .engine import Tx, is_integrity_error
 from .sql import PerDialect, Stmt
@@ -168,6 +169,7 @@ def insert_next_message(
         "client_request_id": client_request_id,
         "occurred_at_ms": occurred_at_ms,
     }
+    search_index.queued(tx)  # SQLite: wake the search index's pass once this commits
     if tx.dialect == "postgresql":
         if alone:
             try:
@@ -241,6 +243,7 @@ def latest_messages(tx: Tx, channel_id: str, limit: int) -> list[dict[str, Any]]
 
 
 def set_blocks(tx: Tx, message_id: str, blocks: list[dict[str, Any]], text: str, now: int) -> None:
+    search_index.queued(tx)
     tx.execute(
         SET_BLOCKS,
         {"id": message_id, "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False), "text": text, "now": now},
