@@ -59,8 +59,15 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     assert ingest["naive"]["content_equal"] is True
     assert ingest["raw"]["rows_inserted"] > 0
     assert ingest["ours_batched"]["commits"] < ingest["ours"]["commits"]  # one commit a request, not a frame
-    assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "batched_over_ours",
-                                     "commits_per_frame_naive_over_ours"}
+    assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "ours_over_raw_per_frame",
+                                     "batched_over_ours", "grouped_over_alone", "commits_per_frame_naive_over_ours"}
+    # The floor (a statement, a commit) and the one-commit-a-frame raw run, measured in the same run.
+    assert _number(ingest["floor"]["round_trip_us"]) and _number(ingest["floor"]["commit_us"])
+    assert ingest["raw_per_frame"]["commits"] >= 1 and ingest["raw_per_frame"]["rows_inserted"] > 0
+    # Several clients at once, grouped and not: the same rows, nothing left unprocessed.
+    grouped, alone = ingest["concurrent"]["grouped"], ingest["concurrent"]["alone"]
+    assert grouped["unprocessed"] == alone["unprocessed"] == 0
+    assert grouped["outcomes"] == alone["outcomes"] and alone["appends_per_commit"] == 1.0
 
     latency = results["latency"][backend]
     assert latency["missing_steers"] == 0 and latency["mentioned_also_delivered"] == 0
