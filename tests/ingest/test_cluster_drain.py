@@ -18,6 +18,7 @@ class Contended(Script):
         self.b_decoded_f0 = threading.Event()
         self.a_inside_f0 = threading.Event()
         self.node = threading.local()
+        self.projected: list[str] = []
 
     def decode(self, codec, version, payload):
         events = super().decode(codec, version, payload)
@@ -29,6 +30,11 @@ class Contended(Script):
         if getattr(self.node, "name", "") == "a" and events[0]["id"] == "f0" and not self.a_inside_f0.is_set():
             self.a_inside_f0.set()
             self.b_decoded_f0.wait(2.0)  # B may only get here if nothing holds it back
+        with self.lock:
+            # Projected under the bridge lock, which is held to the commit: this is the
+            # commit order. (``applied_order`` is appended after each commit, on each
+            # node's own thread, so two nodes' callbacks may land in either order.)
+            self.projected.append(events[0]["id"])
         return super().project(tx, ctx, events)
 
 
@@ -57,7 +63,8 @@ def test_two_nodes_drain_one_bridge_one_frame_at_a_time_once_each_in_order(store
     b.join(30)
     assert not a.is_alive() and not b.is_alive()
     assert script.decodes["f0"] == 1, "node B decoded f0 while node A was applying it"
-    assert script.applied_order == frames
+    assert script.projected == frames  # applied one at a time, in receipt order, each once
+    assert sorted(script.applied_order) == sorted(frames)
     for fid in frames:
         assert rig.rows(fid) == ["message", "reactions"]
     node_a.stop()
