@@ -109,8 +109,17 @@ def _terminate_other_backends(store) -> None:
         )
 
 
+@pytest.fixture
+def pooled(backend_url, clock, faults):
+    """A store whose pool measures idleness on the test's clock (``pool_clock``)."""
+    s = Store(backend_url, clock=clock, faults=faults, pool_clock=clock)
+    yield s
+    s.dispose()
+
+
 @pytest.mark.postgres_only
-def test_a_connection_used_within_the_idle_limit_is_checked_out_without_a_ping(store, clock, monkeypatch):
+def test_a_connection_used_within_the_idle_limit_is_checked_out_without_a_ping(pooled, clock, monkeypatch):
+    store = pooled
     pings = _count_pings(store, monkeypatch)
     _backend_pid(store)
     clock.advance(500)
@@ -127,7 +136,8 @@ def test_a_connection_used_within_the_idle_limit_is_checked_out_without_a_ping(s
 
 
 @pytest.mark.postgres_only
-def test_a_connection_killed_while_idle_in_the_pool_is_replaced_not_surfaced(store, clock, monkeypatch):
+def test_a_connection_killed_while_idle_in_the_pool_is_replaced_not_surfaced(pooled, clock, monkeypatch):
+    store = pooled
     pings = _count_pings(store, monkeypatch)
     pid = _backend_pid(store)
     _terminate_other_backends(store)
@@ -138,6 +148,19 @@ def test_a_connection_killed_while_idle_in_the_pool_is_replaced_not_surfaced(sto
     assert pings, "the idle connection was pinged"
     with store.read() as tx:
         assert tx.scalar(COUNT_ACCOUNTS) == 1
+
+
+@pytest.mark.postgres_only
+def test_the_pool_measures_idleness_in_real_time_not_on_the_hubs_clock(store, clock, monkeypatch):
+    """A replay or the bench pins the hub's clock to each frame's receipt time, minutes
+    apart: that must not make every checkout look idle (a ping a transaction)."""
+    pings = _count_pings(store, monkeypatch)
+    _backend_pid(store)
+    for i in range(3):
+        clock.advance(60_000)
+        with store.write() as tx:
+            tx.execute(INSERT_ACCOUNT, {"id": f"r{i}", "handle": f"r{i}"})
+    assert pings == []
 
 
 @pytest.mark.postgres_only

@@ -34,7 +34,7 @@ Connections (SQLite): an append transaction runs on a connection this engine kee
 appends (``_AppendConnections``: taken by one request at a time, a few kept idle) instead
 of a pool checkout per request. Transactions are the store's own (``Dedicated.write``:
 ``BEGIN IMMEDIATE`` under the store's one writer lock), so nothing about them changes.
-PostgreSQL keeps the pool, whose pre-ping replaces a connection the server dropped.
+PostgreSQL keeps the pool, whose idle ping replaces a connection the server dropped (D92).
 """
 
 from __future__ import annotations
