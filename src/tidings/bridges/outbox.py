@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from typing import Any
 
 import structlog
@@ -31,6 +30,7 @@ from ..store import outbox as outbox_store
 from ..store.engine import Store, Tx
 from ..store.outbox import OutboxKind, OutboxState
 from ..store.sql import Stmt
+from ..wakeups import WakeSignal
 from . import echo
 
 log = structlog.get_logger("tidings.outbox")
@@ -58,30 +58,9 @@ def kill_point(faults: Any, name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class OutboxSignal:
-    """Wakes this process's long polls when an item was committed (a hint only: a poll
-    re-reads the store every ``POLL_MS`` anyway, which is what sees a settled turn)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
-
-    def bump(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
-    def wait(self, seen: int, timeout: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self._generation != seen, timeout)
-            return self._generation
-
-
-SIGNAL = OutboxSignal()
+# Wakes this process's long polls when an item was committed (a hint only: a poll
+# re-reads the store every ``POLL_MS`` anyway, which is what sees a settled turn).
+SIGNAL = WakeSignal()
 
 
 def item_id() -> str:

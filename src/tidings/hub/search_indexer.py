@@ -24,6 +24,7 @@ import structlog
 
 from ..store import search_index
 from ..store.engine import Store
+from ..wakeups import WakeSignal
 
 log = structlog.get_logger("tidings.search_indexer")
 
@@ -38,7 +39,7 @@ class SearchIndexer:
         *,
         delay_ms: int = DELAY_MS,
         idle_ms: int = IDLE_MS,
-        signal: search_index.IndexSignal = search_index.SIGNAL,
+        signal: WakeSignal = search_index.SIGNAL,
     ) -> None:
         self.store = store
         self.delay_s = delay_ms / 1000

@@ -32,10 +32,10 @@ every function here is a no-op.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..wakeups import WakeSignal
 from .engine import Store, Tx
 from .sql import Stmt
 
@@ -105,31 +105,9 @@ _ANY_PENDING = Stmt(
 )
 
 
-class IndexSignal:
-    """Wakes this process's background pass after a commit that queued text (a hint: the
-    pass also runs when it has not been woken for a while, and every search catches up)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
-
-    def bump(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
-    def wait(self, seen: int, timeout: float | None) -> int:
-        """Until the generation differs from ``seen`` (or ``timeout`` s); the generation."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._generation != seen, timeout)
-            return self._generation
-
-
-SIGNAL = IndexSignal()
+# Wakes this process's background pass after a commit that queued text (a hint: the
+# pass also runs when it has not been woken for a while, and every search catches up).
+SIGNAL = WakeSignal()
 
 
 def queued(tx: Tx) -> None:
