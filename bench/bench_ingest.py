@@ -121,6 +121,18 @@ def new_store(url: str, start_ms: int) -> tuple[Any, Any, dict[str, str]]:
     return store, clock, bridges
 
 
+def _throughput(frames: int, wall: float, commits: int) -> dict[str, Any]:
+    """The figures every ingest run reports: frames, wall time, frames/s, commits (per frame)."""
+    return {"frames": frames, "wall_s": round(wall, 3), "frames_per_s": round(frames / wall, 1),
+            "commits": commits, "commits_per_frame": round(commits / frames, 4)}
+
+
+def _outcomes(url: str) -> dict[str, Any]:
+    """The inbox's outcome counts after a run, and how many frames it left unprocessed."""
+    outcomes = inbox_outcomes(url)
+    return {"outcomes": outcomes, "unprocessed": outcomes["unprocessed"]}
+
+
 # -- ours -----------------------------------------------------------------------------------------
 def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str,
              profile: str | None = None, batch: int = 1) -> dict[str, Any]:
@@ -173,19 +185,13 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     index = _index_catch_up(store, total, wall)
     ingest.stop()
     store.dispose()
-    outcomes = inbox_outcomes(url)
     result = {
-        "frames": total,
-        "wall_s": round(wall, 3),
-        "frames_per_s": round(total / wall, 1),
-        "commits": commits,
-        "commits_per_frame": round(commits / total, 4),
+        **_throughput(total, wall, commits),
         **sent,
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected,
         **index,
-        "outcomes": outcomes,
-        "unprocessed": outcomes["unprocessed"],
+        **_outcomes(url),
         "rows": table_counts(url),
         "counters": {bridges[p]: ingest.counters.of(bridges[p]).snapshot() for p in sorted(bridges)},
     }
@@ -232,20 +238,14 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
     index = _index_catch_up(store, total, wall)
     ingest.stop()
     store.dispose()
-    outcomes = inbox_outcomes(url)
     return {
-        "frames": total,
+        **_throughput(total, wall, commits),
         "frames_per_request": batch,
         "requests": requests,
-        "wall_s": round(wall, 3),
-        "frames_per_s": round(total / wall, 1),
-        "commits": commits,
-        "commits_per_frame": round(commits / total, 4),
         **sent,
         "rejected_at_append": rejected,
         **index,
-        "outcomes": outcomes,
-        "unprocessed": outcomes["unprocessed"],
+        **_outcomes(url),
     }
 
 
@@ -315,21 +315,15 @@ def run_concurrent(url: str, parsed: list[dict[str, Any] | None], reporter: Repo
     group = ingest.group.stats()
     ingest.stop()
     store.dispose()
-    outcomes = inbox_outcomes(url)
     return {
         "clients": clients,
-        "frames": total,
+        **_throughput(total, wall, commits),
         "group_commit": group_commit,
-        "wall_s": round(wall, 3),
-        "frames_per_s": round(total / wall, 1),
-        "commits": commits,
-        "commits_per_frame": round(commits / total, 4),
         "appends_per_commit": round(group["members"] / max(group["commits"], 1), 2),
         "largest_group": group["largest"],
         **sent,
         "rejected_at_append": sum(rejected),
-        "outcomes": outcomes,
-        "unprocessed": outcomes["unprocessed"],
+        **_outcomes(url),
     }
 
 
@@ -467,18 +461,13 @@ def run_naive(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter,
         wall = perf() - started
         update(total)
     result = {
-        "frames": total,
-        "wall_s": round(wall, 3),
-        "frames_per_s": round(total / wall, 1),
-        "commits": naive.commits,
-        "commits_per_frame": round(naive.commits / total, 4),
+        **_throughput(total, wall, naive.commits),
         "statements_per_frame": round(naive.statements / total, 2),
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected + naive.rejected,
     }
     naive.close()
-    outcomes = inbox_outcomes(url)
-    result.update({"outcomes": outcomes, "unprocessed": outcomes["unprocessed"], "rows": table_counts(url)})
+    result.update({**_outcomes(url), "rows": table_counts(url)})
     return result
 
 
