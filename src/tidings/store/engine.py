@@ -10,21 +10,21 @@ PostgreSQL: psycopg 3 through SQLAlchemy's connection pool, READ COMMITTED. Orde
 must follow commit order (a channel's ``channel_seq``) is taken from a row lock inside the
 transaction, never from a sequence.
 
-Both: statements are ``Stmt`` objects compiled once per dialect and run on the raw DBAPI
-cursor (see ``sql.py``).
+Both: statements are ``Stmt`` objects compiled once per dialect (see ``sql.py``). SQLite
+runs them on the raw DBAPI cursor; PostgreSQL sends them through ``pg_wire``: libpq
+pipelines of statements the store prepares once per connection, with psycopg's own
+parameter and row adaptation but not its per-cursor machinery (D101).
 
 Round trips (PostgreSQL): a statement whose result nobody reads and whose effect ends with
 the transaction (``BEGIN``, ``SAVEPOINT``, ``RELEASE SAVEPOINT``, a transaction-scoped
 advisory lock: ``Tx.defer``) is not sent on its own. It waits in the ``Tx`` and goes out in
-one psycopg pipeline with the next statement that is sent, in the order they were issued,
-so one round trip carries them all. What still waits at ``COMMIT`` or ``ROLLBACK`` is
-dropped: the transaction's end releases savepoints and locks anyway. A savepoint inside
-which no statement was sent is rolled back or released for free. psycopg prepares a
-statement on the server after its fifth use on a connection (``prepare_threshold``), so the
-hot statements are parsed and planned once. ``Store.meter`` counts statements sent, round
-trips and commits (SQLite: every statement is one call into the library, counted as one
-round trip). ``Tx.after_commit`` callbacks run only once the commit succeeded;
-the post path uses that to publish on the bus strictly after the row is durable.
+one pipeline with the next statement that is sent, in the order they were issued, so one
+round trip carries them all. What still waits at ``COMMIT`` or ``ROLLBACK`` is dropped: the
+transaction's end releases savepoints and locks anyway. A savepoint inside which no
+statement was sent is rolled back or released for free. ``Store.meter`` counts statements
+sent, round trips and commits (SQLite: every statement is one call into the library,
+counted as one round trip). ``Tx.after_commit`` callbacks run only once the commit
+succeeded; the post path uses that to publish on the bus strictly after the row is durable.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import structlog
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..faults import Faults
+from .pg_wire import Entry, Result, Wire, wire_of
 from .sql import Stmt
 
 log = structlog.get_logger("tidings.store")
@@ -125,6 +126,9 @@ _NO_METER = Meter()  # for a Tx built without a store (tests); never read
 # non-autocommit connection is preceded by an implicit BEGIN.
 _PG_IDLE = 0
 _PG_INTRANS = 2  # psycopg's TransactionStatus.INTRANS: a transaction is open and healthy
+_BEGIN: Entry = ("BEGIN", None, None)
+_COMMIT: list[Entry] = [("COMMIT", None, None)]
+_ROLLBACK: list[Entry] = [("ROLLBACK", None, None)]
 
 
 class Tx:
@@ -136,7 +140,7 @@ class Tx:
     statement it sends. ``_ahead`` maps a read-ahead read's key to its cursor, used once.
     """
 
-    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun")
+    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun", "_wire")
 
     def __init__(self, dbapi: Any, dialect: str, meter: Meter | None = None) -> None:
         self.dbapi = dbapi
@@ -147,6 +151,7 @@ class Tx:
         self._ahead: dict[tuple[Any, ...], Any] = {}
         self.meter = meter or _NO_METER
         self._begun = False  # PostgreSQL: this transaction's BEGIN has gone out
+        self._wire: Wire | None = None
 
     # -- execution ---------------------------------------------------------------------
     def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
@@ -162,41 +167,42 @@ class Tx:
         return self._send(sql, params or {})
 
     def _send(self, sql: str, params: Any) -> Any:
-        """Send one statement (with whatever waits before it) and return its cursor."""
-        cur = self.dbapi.cursor()
+        """Send one statement (with whatever waits before it) and return its cursor
+        (PostgreSQL: its ``pg_wire.Result``)."""
         meter = self.meter
         meter.round_trips += 1
         if self.dialect != "postgresql":
+            cur = self.dbapi.cursor()
             meter.statements += 1
             cur.execute(sql, params)
             return cur
-        pending = self._pending
-        begin = not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE
-        if not pending and not begin:
-            meter.statements += 1
-            cur.execute(sql, params)
-            return cur
-        self._begun = self._begun or begin
-        meter.statements += 1 + len(pending) + begin
-        self._pending = []
-        with self.dbapi.pipeline():
-            _send_pending(self.dbapi, pending)
-            cur.execute(sql, params)
-        return cur
+        result = Result()
+        self._run_pending((sql, params, result))
+        return result
 
     def flush(self) -> None:
         """Send whatever waits (PostgreSQL), in one round trip."""
-        pending = self._pending
-        if not pending:
+        if not self._pending:
             return
+        self.meter.round_trips += 1
+        self._run_pending(None)
+
+    def _run_pending(self, last: Entry | None) -> None:
+        """PostgreSQL: the implicit ``BEGIN`` of a fresh transaction, what waits, then
+        ``last``, in one pipeline (``pg_wire.Wire.run``); the caller counted the round trip."""
+        dbapi = self.dbapi
+        batch = self._pending
         self._pending = []
-        meter = self.meter
-        begin = not self.dbapi.autocommit and self.dbapi.info.transaction_status == _PG_IDLE
-        self._begun = self._begun or begin
-        meter.statements += len(pending) + begin
-        meter.round_trips += 1
-        with self.dbapi.pipeline():
-            _send_pending(self.dbapi, pending)
+        if last is not None:
+            batch.append(last)
+        if not dbapi.autocommit and dbapi.info.transaction_status == _PG_IDLE:
+            batch.insert(0, _BEGIN)
+            self._begun = True
+        self.meter.statements += len(batch)
+        wire = self._wire
+        if wire is None:
+            wire = self._wire = wire_of(dbapi)
+        wire.run(batch)
 
     def defer(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
         """Run ``stmt``, whose result nobody reads and whose effect lasts only until the
@@ -236,9 +242,9 @@ class Tx:
         sql, defaults = stmt.compiled(self.dialect)
         if defaults:
             params = {**defaults, **(params or {})}
-        cur = self.dbapi.cursor()
-        self._pending.append((sql, params or {}, cur))
-        self._ahead[key] = cur
+        result = Result()
+        self._pending.append((sql, params or {}, result))
+        self._ahead[key] = result
 
     def active(self) -> bool:
         """Whether this write transaction is still open and usable. False once something
@@ -383,18 +389,6 @@ def _ahead_key(stmt: Stmt, params: dict[str, Any] | None) -> tuple[Any, ...]:
     return (id(stmt), tuple(sorted(params.items())) if params else ())
 
 
-def _send_pending(dbapi: Any, pending: list[tuple[str, Any, Any]]) -> None:
-    """Queue ``pending`` on ``dbapi`` in order; the caller holds the pipeline open."""
-    aux = None
-    for text, args, cur in pending:
-        if cur is None:
-            if aux is None:
-                aux = dbapi.cursor()
-            aux.execute(text, args)
-        else:
-            cur.execute(text, args)
-
-
 class Store:
     """A database and its migrations, with ``write()`` and ``read()`` transactions.
 
@@ -437,6 +431,7 @@ class Store:
             # Idleness is real time, whatever clock the hub's logic runs on (a replay pins
             # ``clock`` to each frame's receipt time, minutes apart): tests pass their own.
             _ping_when_idle(self.engine, pool_clock)
+            sa.event.listen(self.engine, "connect", _pg_on_connect)
         if migrate:
             from .migrate import migrate as run_migrations  # cycle: migrate.py needs Store (engine.py)
 
@@ -591,7 +586,7 @@ def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
             if dbapi.info.transaction_status != _PG_IDLE:
                 meter.statements += 1
                 meter.round_trips += 1
-            dbapi.commit()
+                wire_of(dbapi).run(_COMMIT)
         except BaseException:
             tx.end()
             _rollback_quietly(dbapi, meter)
@@ -676,7 +671,7 @@ def _rollback_quietly(dbapi: Any, meter: Meter = _NO_METER) -> None:
             if dbapi.info.transaction_status != _PG_IDLE:
                 meter.statements += 1
                 meter.round_trips += 1
-            dbapi.rollback()
+                wire_of(dbapi).run(_ROLLBACK)
     except Exception:  # noqa: BLE001 - the connection is gone; the pool will discard it
         pass
 
@@ -715,6 +710,12 @@ def _ping_when_idle(engine: sa.engine.Engine, clock: Clock) -> None:
             raise sa.exc.InvalidatePoolError(f"ping failed: {exc!r}") from exc
         if not alive:  # pragma: no cover - do_ping raises rather than returning False
             raise sa.exc.InvalidatePoolError("ping failed")
+
+
+def _pg_on_connect(dbapi: Any, _record: Any) -> None:
+    """The store prepares its statements itself (``pg_wire``); psycopg prepares none, since
+    psycopg deallocates every prepared statement of the session after a ROLLBACK it sees."""
+    dbapi.prepare_threshold = None
 
 
 def _sqlite_on_connect(dbapi: sqlite3.Connection, _record: Any) -> None:

@@ -1,0 +1,236 @@
+"""PostgreSQL statements on the wire: one libpq pipeline per round trip, each statement
+prepared once per connection.
+
+``Tx`` sends the store's statements through here instead of a psycopg cursor each. The
+values are psycopg's own: parameters are dumped and rows loaded by psycopg's
+``Transformer`` for the connection, so a value means exactly what it means through a
+cursor, and errors are psycopg's own classes. What is left out is the cursor machinery
+around them. On this 2-core machine that machinery cost about 40 µs of client CPU per
+statement against libpq's 6, and the client's CPU, not the network, was the wall of a
+frame (D101; ``bench/run.py``'s "a statement, µs" rows).
+
+Guarantees of ``Wire.run``:
+
+* The batch goes out in order in one pipeline and one round trip, and every result is
+  read before it returns. The connection is left as psycopg left it: out of pipeline mode,
+  nothing pending, in the transaction state the server reports.
+* The first error is raised once the pipeline is drained, as psycopg would raise it. The
+  server skips the statements after it (``PIPELINE_ABORTED``); their results stay empty.
+* A statement whose parameters are known (``params`` not None) runs as a prepared
+  statement, prepared in the same pipeline the first time this connection sends it with
+  these parameter types. Parse and plan happen once per connection, not once per call. A
+  prepare that did not succeed is forgotten, so the next send prepares again.
+* Waiting for the socket releases the GIL (``select``), as psycopg's own waits do.
+"""
+
+from __future__ import annotations
+
+import select
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg._queries import PostgresQuery
+from psycopg.adapt import Transformer
+
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+_PIPELINE_ABORTED = pq.ExecStatus.PIPELINE_ABORTED
+_NO_SUCH_PREPARED = "26000"  # invalid_sql_statement_name
+
+#: Prepared statements kept per connection. A statement's parameter types are part of its
+#: key, so one SQL text may take a few; past this many, statements run unnamed.
+MAX_PREPARED = 2_000
+
+
+class Result:
+    """The outcome of one statement, read like a DBAPI cursor: ``fetchone``, ``fetchall``,
+    ``fetchmany``, iteration, ``rowcount``, ``description`` (``(name,)`` per column) and
+    ``close``. Empty until its pipeline has run; rows are loaded on first read."""
+
+    __slots__ = ("_wire", "_res", "_rows", "_pos")
+
+    def __init__(self) -> None:
+        self._wire: Wire | None = None
+        self._res: pq.abc.PGresult | None = None
+        self._rows: list[tuple[Any, ...]] | None = None
+        self._pos = 0
+
+    def _fill(self, wire: Wire, res: pq.abc.PGresult) -> None:
+        self._wire = wire
+        self._res = res
+
+    def _loaded(self) -> list[tuple[Any, ...]]:
+        rows = self._rows
+        if rows is None:
+            res = self._res
+            if res is None or res.status != _TUPLES_OK or self._wire is None:
+                rows = []
+            else:
+                rows = self._wire.load(res)
+            self._rows = rows
+        return rows
+
+    @property
+    def rowcount(self) -> int:
+        res = self._res
+        if res is None:
+            return -1
+        if res.status == _TUPLES_OK:
+            return int(res.ntuples)
+        n = res.command_tuples
+        return -1 if n is None else int(n)
+
+    @property
+    def description(self) -> list[tuple[str]] | None:
+        res = self._res
+        if res is None or res.status != _TUPLES_OK or self._wire is None:
+            return None
+        encoding = self._wire.encoding
+        return [((res.fname(i) or b"").decode(encoding),) for i in range(res.nfields)]
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        rows = self._loaded()
+        if self._pos >= len(rows):
+            return None
+        self._pos += 1
+        return rows[self._pos - 1]
+
+    def fetchmany(self, size: int = 1) -> list[tuple[Any, ...]]:
+        rows = self._loaded()
+        out = rows[self._pos:self._pos + size]
+        self._pos += len(out)
+        return out
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows = self._loaded()
+        out = rows[self._pos:] if self._pos else rows
+        self._pos = len(rows)
+        return out
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.fetchall())
+
+    def close(self) -> None:
+        self._rows = None
+        self._res = None
+
+
+#: One statement of a batch: SQL text with psycopg placeholders, its parameters (None: the
+#: text as is, sent unnamed) and the ``Result`` to fill (None: nobody reads it).
+Entry = tuple[str, Any, "Result | None"]
+
+
+class Wire:
+    """The libpq side of one psycopg connection, used by one thread at a time."""
+
+    __slots__ = ("conn", "pgconn", "encoding", "_tx", "_prepared", "__weakref__")
+
+    def __init__(self, conn: Any) -> None:
+        # psycopg answers a ROLLBACK or a DROP it sees by deallocating ALL prepared
+        # statements once it has prepared any itself: ours included. So psycopg prepares
+        # none on a connection with a wire (``Store`` sets this at connect, too).
+        conn.prepare_threshold = None
+        self.conn = conn
+        self.pgconn = conn.pgconn
+        self._tx = Transformer(conn)
+        self.encoding = self._tx.encoding
+        self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+
+    def load(self, res: pq.abc.PGresult) -> list[tuple[Any, ...]]:
+        tx = self._tx
+        tx.set_pgresult(res)
+        rows: list[tuple[Any, ...]] = tx.load_rows(0, res.ntuples, tuple)
+        return rows
+
+    def run(self, batch: Sequence[Entry]) -> None:
+        """Send ``batch`` in one pipeline, fill its results, raise its first error."""
+        pgconn = self.pgconn
+        tx = self._tx
+        prepared = self._prepared
+        # Per statement sent: (its Result or None, the prepare key it introduced or None).
+        sent: list[tuple[Result | None, tuple[bytes, tuple[int, ...]] | None]] = []
+        pgconn.enter_pipeline_mode()
+        try:
+            for sql, params, result in batch:
+                query = PostgresQuery(tx)
+                query.convert(sql, params)
+                if params is None:
+                    pgconn.send_query_params(query.query, None)
+                    sent.append((result, None))
+                    continue
+                key = (query.query, query.types)
+                name = prepared.get(key)
+                if name is None and len(prepared) < MAX_PREPARED:
+                    name = b"_td_%d" % len(prepared)
+                    prepared[key] = name
+                    pgconn.send_prepare(name, query.query, query.types)
+                    sent.append((None, key))
+                if name is None:
+                    pgconn.send_query_params(query.query, query.params, query.types, query.formats)
+                else:
+                    pgconn.send_query_prepared(name, query.params, query.formats)
+                sent.append((result, None))
+            pgconn.pipeline_sync()
+            self._flush()
+            error: pq.abc.PGresult | None = None
+            for result, introduced in sent:
+                res = self._next()
+                while self._next() is not None:
+                    pass  # each statement's results end with a NULL
+                if res is None:  # pragma: no cover - libpq always reports a status
+                    continue
+                status = res.status
+                if status == _FATAL_ERROR or status == _PIPELINE_ABORTED:
+                    if introduced is not None:
+                        prepared.pop(introduced, None)  # not prepared after all
+                    if status == _FATAL_ERROR and error is None:
+                        error = res
+                    continue
+                if result is not None:
+                    result._fill(self, res)
+            sync = self._next()
+            if sync is None or sync.status != _PIPELINE_SYNC:  # pragma: no cover - protocol
+                raise pg_errors.InternalError("the pipeline did not end with its sync")
+        finally:
+            if pgconn.pipeline_status:
+                try:
+                    pgconn.exit_pipeline_mode()
+                except Exception:  # noqa: BLE001 - a broken link: the statement error says why
+                    pass
+        if error is not None:
+            exc = pg_errors.error_from_result(error, encoding=self.encoding)
+            if exc.sqlstate == _NO_SUCH_PREPARED:  # pragma: no cover - someone deallocated ours
+                prepared.clear()  # the next batch prepares afresh
+            raise exc
+
+    def _flush(self) -> None:
+        pgconn = self.pgconn
+        while pgconn.flush():
+            fd = pgconn.socket
+            readable, _, _ = select.select([fd], [fd], [])
+            if readable:
+                pgconn.consume_input()  # take in results so the server can keep sending
+
+    def _next(self) -> pq.abc.PGresult | None:
+        pgconn = self.pgconn
+        while pgconn.is_busy():
+            select.select([pgconn.socket], [], [])
+            pgconn.consume_input()
+        res: pq.abc.PGresult | None = pgconn.get_result()
+        return res
+
+
+_WIRES: weakref.WeakKeyDictionary[Any, Wire] = weakref.WeakKeyDictionary()
+
+
+def wire_of(conn: Any) -> Wire:
+    """The ``Wire`` of psycopg connection ``conn`` (made on first use, kept with it)."""
+    wire = _WIRES.get(conn)
+    if wire is None or wire.pgconn is not conn.pgconn:
+        wire = _WIRES[conn] = Wire(conn)
+    return wire
