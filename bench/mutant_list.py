@@ -913,3 +913,20 @@ add("search_index.queue_not_consumed", SEARCH_INDEX_SRC,
     'consume=Stmt(f"DELETE FROM {t.queue} WHERE 0 AND rid IN ({taken})"',
     t(SEARCH_INDEX, "test_a_crash_between_the_write_and_the_indexing_loses_nothing"),
     why="indexed changes stay queued: every later catch-up indexes the same text again")
+# == the store's PostgreSQL wire (D101) ==============================================================
+PG_WIRE_SRC = "src/tidings/store/pg_wire.py"
+PG_WIRE = "tests/test_pg_wire.py"
+add("pg_wire.skipped_prepare_kept", PG_WIRE_SRC,
+    "                        prepared.pop(introduced, None)  # not prepared after all",
+    "                        pass",
+    t(PG_WIRE, "test_a_prepare_the_server_skipped_is_forgotten_and_sent_again"),
+    backend="postgres",
+    why="a prepare the server skipped stays cached: every later run of that statement on the connection "
+        "names a prepared statement that does not exist")
+add("pg_wire.psycopg_prepares_too", "src/tidings/store/engine.py",
+    "    dbapi.prepare_threshold = None",
+    "    pass",
+    t(PG_WIRE, "test_statements_prepared_by_the_wire_outlive_a_rollback_sent_through_psycopg"),
+    backend="postgres",
+    why="psycopg prepares its own statements on the store's connections, then deallocates every prepared "
+        "statement after a ROLLBACK it sees: the store's next statement fails")

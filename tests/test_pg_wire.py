@@ -202,3 +202,16 @@ def test_statements_prepared_by_the_wire_outlive_a_rollback_sent_through_psycopg
         dbapi.rollback()
     finally:
         conn.close()
+
+
+def test_a_parameter_that_cannot_be_bound_raises_before_anything_is_sent(pg):
+    """Conversion happens before the pipeline opens: the error leaves no half-sent
+    pipeline behind, and the connection serves the next batch."""
+    wire = wire_of(pg)
+    with pytest.raises(psycopg.ProgrammingError):
+        wire.run([("SELECT %(a)s::int", {"a": 1}, Result()), ("SELECT %(b)s", {"b": object()}, Result())])
+    with pytest.raises(psycopg.ProgrammingError, match="missing"):
+        wire.run([("SELECT %(a)s::int + %(c)s::int", {"a": 1}, Result())])
+    assert pg.pgconn.pipeline_status == 0
+    assert run_one(pg, "SELECT %(a)s::int", {"a": 5}).fetchall() == [(5,)]
+    assert run_one(pg, "SELECT %(a)s::int + %(c)s::int", {"a": 1, "c": 2}).fetchall() == [(3,)]

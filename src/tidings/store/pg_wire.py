@@ -21,6 +21,10 @@ Guarantees of ``Wire.run``:
   these parameter types. Parse and plan happen once per connection, not once per call. A
   prepare that did not succeed is forgotten, so the next send prepares again.
 * Waiting for the socket releases the GIL (``select``), as psycopg's own waits do.
+
+The connection must not let psycopg prepare statements of its own (``Store`` sets
+``prepare_threshold = None`` at connect): psycopg answers a ROLLBACK or a DROP it sees by
+deallocating every prepared statement of the session, the wire's included.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 from psycopg import pq
-from psycopg._queries import PostgresQuery
+from psycopg._queries import _query2pg_nocache
 from psycopg.adapt import Transformer
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
@@ -128,18 +132,24 @@ Entry = tuple[str, Any, "Result | None"]
 class Wire:
     """The libpq side of one psycopg connection, used by one thread at a time."""
 
-    __slots__ = ("conn", "pgconn", "encoding", "_tx", "_prepared", "__weakref__")
+    __slots__ = ("conn", "pgconn", "encoding", "_tx", "_prepared", "_converted", "__weakref__")
 
     def __init__(self, conn: Any) -> None:
-        # psycopg answers a ROLLBACK or a DROP it sees by deallocating ALL prepared
-        # statements once it has prepared any itself: ours included. So psycopg prepares
-        # none on a connection with a wire (``Store`` sets this at connect, too).
-        conn.prepare_threshold = None
         self.conn = conn
         self.pgconn = conn.pgconn
         self._tx = Transformer(conn)
         self.encoding = self._tx.encoding
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        # SQL text -> (libpq text with $n, psycopg's formats, parameter names in $n order).
+        self._converted: dict[str, tuple[bytes, list[Any], list[str]]] = {}
+
+    def _convert(self, sql: str) -> tuple[bytes, list[Any], list[str]]:
+        """psycopg's own placeholder conversion, done once per SQL text."""
+        hit = self._converted.get(sql)
+        if hit is None:
+            query, formats, order, _parts = _query2pg_nocache(sql.encode(self.encoding), self.encoding)
+            hit = self._converted[sql] = (query, formats, order or [])
+        return hit
 
     def load(self, res: pq.abc.PGresult) -> list[tuple[Any, ...]]:
         tx = self._tx
@@ -150,31 +160,24 @@ class Wire:
     def run(self, batch: Sequence[Entry]) -> None:
         """Send ``batch`` in one pipeline, fill its results, raise its first error."""
         pgconn = self.pgconn
-        tx = self._tx
         prepared = self._prepared
+        # Everything is converted before anything is sent: a parameter that cannot be
+        # adapted raises with nothing on the wire.
+        calls: list[tuple[Any, tuple[Any, ...]]] = []
         # Per statement sent: (its Result or None, the prepare key it introduced or None).
         sent: list[tuple[Result | None, tuple[bytes, tuple[int, ...]] | None]] = []
-        pgconn.enter_pipeline_mode()
         try:
             for sql, params, result in batch:
-                query = PostgresQuery(tx)
-                query.convert(sql, params)
-                if params is None:
-                    pgconn.send_query_params(query.query, None)
-                    sent.append((result, None))
-                    continue
-                key = (query.query, query.types)
-                name = prepared.get(key)
-                if name is None and len(prepared) < MAX_PREPARED:
-                    name = b"_td_%d" % len(prepared)
-                    prepared[key] = name
-                    pgconn.send_prepare(name, query.query, query.types)
-                    sent.append((None, key))
-                if name is None:
-                    pgconn.send_query_params(query.query, query.params, query.types, query.formats)
-                else:
-                    pgconn.send_query_prepared(name, query.params, query.formats)
-                sent.append((result, None))
+                self._queue(calls, sent, sql, params, result)
+        except BaseException:
+            for _, introduced in sent:
+                if introduced is not None:
+                    prepared.pop(introduced, None)
+            raise
+        pgconn.enter_pipeline_mode()
+        try:
+            for send, args in calls:
+                send(*args)
             pgconn.pipeline_sync()
             self._flush()
             error: pq.abc.PGresult | None = None
@@ -207,6 +210,38 @@ class Wire:
             if exc.sqlstate == _NO_SUCH_PREPARED:  # pragma: no cover - someone deallocated ours
                 prepared.clear()  # the next batch prepares afresh
             raise exc
+
+    def _queue(self, calls: list[tuple[Any, tuple[Any, ...]]],
+               sent: list[tuple[Result | None, tuple[bytes, tuple[int, ...]] | None]],
+               sql: str, params: Any, result: Result | None) -> None:
+        """Convert one statement into the libpq calls that send it (a prepare first, the
+        first time this connection sends it with these parameter types)."""
+        pgconn = self.pgconn
+        if params is None:
+            calls.append((pgconn.send_query_params, (sql.encode(self.encoding), None)))
+            sent.append((result, None))
+            return
+        tx = self._tx
+        query, want, order = self._convert(sql)
+        try:
+            values = tx.dump_sequence([params[k] for k in order], want)
+        except KeyError as missing:
+            raise pg_errors.ProgrammingError(f"query parameter missing: {missing}") from None
+        types = tx.types or ()
+        formats = tx.formats
+        key = (query, types)
+        prepared = self._prepared
+        name = prepared.get(key)
+        if name is None and len(prepared) < MAX_PREPARED:
+            name = b"_td_%d" % len(prepared)
+            prepared[key] = name
+            calls.append((pgconn.send_prepare, (name, query, types)))
+            sent.append((None, key))
+        if name is None:
+            calls.append((pgconn.send_query_params, (query, values, types, formats)))
+        else:
+            calls.append((pgconn.send_query_prepared, (name, values, formats)))
+        sent.append((result, None))
 
     def _flush(self) -> None:
         pgconn = self.pgconn
