@@ -195,7 +195,7 @@ class Tx:
         self._pending = []
         if last is not None:
             batch.append(last)
-        if not dbapi.autocommit and dbapi.info.transaction_status == _PG_IDLE:
+        if not dbapi.autocommit and dbapi.pgconn.transaction_status == _PG_IDLE:
             batch.insert(0, _BEGIN)
             self._begun = True
         self.meter.statements += len(batch)
