@@ -127,6 +127,12 @@ def _throughput(frames: int, wall: float, commits: int) -> dict[str, Any]:
             "commits": commits, "commits_per_frame": round(commits / frames, 4)}
 
 
+def _client_cpu(cpu: float, wall: float, frames: int) -> dict[str, Any]:
+    """The bench process's CPU over a run, per frame and as a share of the wall time: on
+    PostgreSQL the rest of a frame is waiting for the server (D101)."""
+    return {"client_cpu_ms_per_frame": round(cpu * 1000 / frames, 3), "client_cpu_share": round(cpu / wall, 3)}
+
+
 def _outcomes(url: str) -> dict[str, Any]:
     """The inbox's outcome counts after a run, and how many frames it left unprocessed."""
     outcomes = inbox_outcomes(url)
@@ -158,6 +164,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     with reporter.step(f"ingest: ours on {label}", total) as update:
         if profiler is not None:
             profiler.start()
+        cpu_started = time.process_time()
         started = perf()
         for index, raw in enumerate(parsed):
             t0 = perf()
@@ -177,6 +184,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
             if index % 256 == 0:
                 update(index)
         wall = perf() - started
+        cpu = time.process_time() - cpu_started
         if profiler is not None:
             profiler.stop()
         update(total)
@@ -188,6 +196,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     result = {
         **_throughput(total, wall, commits),
         **sent,
+        **_client_cpu(cpu, wall, total),
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected,
         **index,

@@ -480,6 +480,10 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         if "round_trips_per_frame" in ours:
             add("1 ingest", "round trips/frame", backend, ours["round_trips_per_frame"], "statements/frame",
                 ours["statements_per_frame"], digits=2)
+        if "client_cpu_ms_per_frame" in ours:
+            add("1 ingest", "client CPU, ms/frame", backend, ours["client_cpu_ms_per_frame"],
+                "wall ms/frame", round(1000 / fps, 3) if fps else None,
+                f"{ours['client_cpu_share']:.0%} of it", digits=3)
         batched = ing.get("ours_batched")
         if batched:
             add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,

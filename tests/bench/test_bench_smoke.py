@@ -64,6 +64,8 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     # The floor (a statement, a commit) and the one-commit-a-frame raw run, measured in the same run.
     assert _number(ingest["floor"]["round_trip_us"]) and _number(ingest["floor"]["commit_us"])
     assert ingest["raw_per_frame"]["commits"] >= 1 and ingest["raw_per_frame"]["rows_inserted"] > 0
+    # The client's CPU per frame, beside the wall time: what a frame waits on the server is the rest.
+    assert 0 < ingest["ours"]["client_cpu_ms_per_frame"] and 0 < ingest["ours"]["client_cpu_share"] <= 1.5
     # Several clients at once, grouped and not: the same rows, nothing left unprocessed.
     grouped, alone = ingest["concurrent"]["grouped"], ingest["concurrent"]["alone"]
     assert grouped["unprocessed"] == alone["unprocessed"] == 0
