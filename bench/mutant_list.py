@@ -930,3 +930,11 @@ add("pg_wire.psycopg_prepares_too", "src/tidings/store/engine.py",
     backend="postgres",
     why="psycopg prepares its own statements on the store's connections, then deallocates every prepared "
         "statement after a ROLLBACK it sees: the store's next statement fails")
+add("projection.roster_identities_not_read_ahead", PROJ_SRC,
+    "        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])",
+    "        pass",
+    t("tests/ingest/test_fast_path.py",
+      "test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read"),
+    backend="postgres",
+    why="a roster snapshot reads each participant's identity in a round trip of its own: "
+        "a Google or group snapshot of N people costs N more round trips")

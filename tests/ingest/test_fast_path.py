@@ -364,3 +364,28 @@ def test_a_failed_append_transaction_leaves_its_connection_usable(store, ingest)
     assert outcomes(store) == {"applied": 2}
     with store.read() as tx:
         assert inbox_store.backlog(tx) == 0
+
+
+def google_roster_body(n: int) -> dict:
+    payload = json.loads((FIXTURES / "google_conversation_group.json").read_text())
+    return {"codec": "google.json", "codec_version": 1, "dedupe_key": f"g{n}", "payload": payload}
+
+
+def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read(store, ingest):
+    """A conversation snapshot names N participants: their identities are read ahead with
+    the conversation's own read, so the frame costs the same round trips for any N."""
+    bridge = create_bridge(store, platform="google", name="p")["id"]
+    ingest.append_body(bridge, google_roster_body(0), "google")  # first sighting: mints the rows
+    before = store.meter.snapshot()
+    ingest.append_body(bridge, google_roster_body(1), "google")  # the same snapshot again
+    after = store.meter.snapshot()
+    sent = {k: after[k] - before[k] for k in after}
+    if store.dialect == "postgresql":
+        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [3 identity reads, conversation
+        # read] [roster read] COMMIT: an unchanged snapshot writes nothing more.
+        assert sent == {"statements": 11, "round_trips": 4, "commits": 1}
+    else:
+        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, conversation read, 3 identity
+        # reads, roster read, RELEASE, COMMIT.
+        assert sent == {"statements": 11, "round_trips": 11, "commits": 1}
+    assert outcomes(store) == {"applied": 2}

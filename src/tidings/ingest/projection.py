@@ -303,20 +303,27 @@ class _Frame:
         return stored
 
     def read_ahead_senders(self, msgs: list[MessageEvent]) -> None:
-        """Announce the stored rows of the senders not read yet (``Tx.read_ahead``): on
-        PostgreSQL they come back in the recency bump's round trip. Safe because this
-        frame writes an identity only after it has read it (``identity``). A sender whose
+        """Announce the stored rows of the senders not read yet: on PostgreSQL they come
+        back in the recency bump's round trip (``read_ahead_identities``). A sender whose
         key is bad is left to ``identity`` to reject, in order."""
-        if self.tx.dialect != "postgresql":
-            return
+        keys = []
         for ev in msgs:
-            ref = ev.sender
             try:
-                key = self.key_of(ref, "sender")
+                keys.append(self.key_of(ev.sender, "sender"))
             except ProjectionError:
                 continue
-            if key[0] != "anonymous" and key not in self.idents:
-                identities.read_ahead_by_key(self.tx, self.bridge_id, key[0], key[1])
+        self.read_ahead_identities(keys)
+
+    def read_ahead_identities(self, keys: list[tuple[str, str]]) -> None:
+        """Announce the stored rows of these identities not read yet (``Tx.read_ahead``):
+        on PostgreSQL they ride with the frame's next statement. Safe because this frame
+        writes an identity only after it has read it (``identity``), and a write of one
+        identity changes no other's row. SQLite: nothing (a read costs no round trip)."""
+        if self.tx.dialect != "postgresql":
+            return
+        for kind, canonical in keys:
+            if kind != "anonymous" and (kind, canonical) not in self.idents:
+                identities.read_ahead_by_key(self.tx, self.bridge_id, kind, canonical)
 
     # -- conversations -----------------------------------------------------------------
     def conversation(self, ev: ConversationEvent) -> None:
@@ -342,6 +349,8 @@ class _Frame:
             seen[key] = i
             prepared.append((part.identity, key, role, bool(part.active)))
 
+        # The participants' identities come back in the conversation read's round trip.
+        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])
         cid = self.conv_id(remote)
         stored = conversations.by_key(self.tx, self.bridge_id, remote)
         if stored is not None:
