@@ -170,8 +170,8 @@ add("fence.write_at_its_own_sequence", REACT,
     g("test_statement_budget_per_frame"),
     why="the fence write at the fence's own sequence is no longer skipped")
 add("fence.accepts_older_snapshot", REACT,
-    "        if current_fence is not None and source_seq_ms < current_fence:\n            return",
-    "        if False:\n            return",
+    "        if current_fence is not None and source_seq_ms < current_fence:\n            tx.drop_ahead",
+    "        if False:\n            tx.drop_ahead",
     g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
     why="an older snapshot retried late brings a removed reaction back")
 add("fence.rejects_equal_snapshot", REACT,
@@ -938,3 +938,17 @@ add("projection.roster_identities_not_read_ahead", PROJ_SRC,
     backend="postgres",
     why="a roster snapshot reads each participant's identity in a round trip of its own: "
         "a Google or group snapshot of N people costs N more round trips")
+add("reactions.fence_and_reactions_apart", REACT,
+    '        tx.read_ahead(OF_MESSAGE, {"message_id": message_id})\n',
+    "",
+    t("tests/ingest/test_fast_path.py",
+      "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
+    backend="postgres",
+    why="a reaction snapshot of a stored message reads its fence and its reactions in two round trips")
+add("engine.withdrawn_read_ahead_kept", "src/tidings/store/engine.py",
+    "            self._ahead.pop(_ahead_key(stmt, params), None)\n\n    def send_ahead",
+    "            pass\n\n    def send_ahead",
+    t(ROUND_TRIPS, "test_a_withdrawn_read_ahead_never_answers_a_later_read_after_a_write"),
+    backend="postgres",
+    why="a read-ahead a stale reaction snapshot never read answers a later frame's read of the same "
+        "reactions after they were written: the snapshot diff runs on old rows")

@@ -105,6 +105,22 @@ def test_a_read_ahead_answers_its_read_once_in_the_round_trip_of_the_next_statem
     assert probe(conn) == {"a": 1, "zz": 5}
 
 
+UPDATE = Stmt("UPDATE rt_probe SET v = :v WHERE k = :k")
+
+
+def test_a_withdrawn_read_ahead_never_answers_a_later_read_after_a_write(store, conn):
+    """A read announced ahead, sent, then not read (``drop_ahead``): a later read of the
+    same statement and params, after a write, sees the write, not the early answer."""
+    with conn.write() as tx:
+        tx.execute(INSERT, {"k": "a", "v": 1})
+        tx.read_ahead(GET, {"k": "a"})
+        tx.execute(INSERT, {"k": "b", "v": 2})  # the read-ahead goes out with this one
+        tx.drop_ahead(GET, {"k": "a"})
+        tx.execute(UPDATE, {"k": "a", "v": 3})
+        assert tx.one(GET, {"k": "a"}) == (3,)
+    assert probe(conn) == {"a": 3, "b": 2}
+
+
 def test_an_unsent_deferred_statement_is_dropped_when_the_transaction_ends(store, conn):
     before = store.meter.snapshot()
     with conn.write() as tx:

@@ -389,3 +389,27 @@ def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conve
         # reads, roster read, RELEASE, COMMIT.
         assert sent == {"statements": 11, "round_trips": 11, "commits": 1}
     assert outcomes(store) == {"applied": 2}
+
+
+def google_reactions_body(n: int) -> dict:
+    payload = json.loads((FIXTURES / "google_message_reactions.json").read_text())
+    return {"codec": "google.json", "codec_version": 1, "dedupe_key": f"r{n}", "payload": payload}
+
+
+#: 14 statements either way. PostgreSQL: the stored fence and the stored reactions are read
+#: in one round trip (9 before D103); SQLite: every statement is one call.
+ROUND_TRIPS_OF_AN_UNCHANGED_REACTION_SNAPSHOT = {"postgresql": 8, "sqlite": 14}
+
+
+def test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip(store, ingest):
+    """An unchanged reaction snapshot of a stored message reads the message's fence and its
+    reactions, and writes nothing; on PostgreSQL the two reads share a round trip."""
+    bridge = create_bridge(store, platform="google", name="p")["id"]
+    ingest.append_body(bridge, google_reactions_body(0), "google")  # first sighting: mints the rows
+    before = store.meter.snapshot()
+    ingest.append_body(bridge, google_reactions_body(1), "google")  # the same snapshot again
+    after = store.meter.snapshot()
+    sent = {k: after[k] - before[k] for k in after}
+    rt = ROUND_TRIPS_OF_AN_UNCHANGED_REACTION_SNAPSHOT[store.dialect]
+    assert sent["round_trips"] == rt, sent
+    assert outcomes(store) == {"applied": 2}

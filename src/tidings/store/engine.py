@@ -226,6 +226,13 @@ class Tx:
         SQLite: nothing (a statement there costs no round trip)."""
         self._queue_ahead(stmt, params)
 
+    def drop_ahead(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
+        """Withdraw a ``read_ahead`` the caller will not read after all: its answer is never
+        handed to a later read of the same statement and params, which may come after
+        writes the answer predates. (It may still be sent; its result is just unused.)"""
+        if self._ahead:
+            self._ahead.pop(_ahead_key(stmt, params), None)
+
     def send_ahead(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
         """``read_ahead`` for a write the caller runs next for certain (unless an error
         ends the unit first, which takes the write back with it), whose parameters are

@@ -183,8 +183,13 @@ def apply_snapshot(
         current_fence = None
         current: dict[str, tuple[Any, ...]] = {}
     else:
+        # The reactions' read rides with the fence's (PostgreSQL); nothing is written
+        # between the two. A stale snapshot withdraws it: a later frame of the same
+        # transaction may write this message's reactions before reading them again.
+        tx.read_ahead(OF_MESSAGE, {"message_id": message_id})
         current_fence = tx.scalar(FENCE, {"message_id": message_id})
         if current_fence is not None and source_seq_ms < current_fence:
+            tx.drop_ahead(OF_MESSAGE, {"message_id": message_id})
             return SnapshotResult(False, 0, 0, False)
         current = {r[0]: r for r in tx.all(OF_MESSAGE, {"message_id": message_id})}
     applied = removed = 0
