@@ -215,3 +215,30 @@ def test_a_parameter_that_cannot_be_bound_raises_before_anything_is_sent(pg):
     assert pg.pgconn.pipeline_status == 0
     assert run_one(pg, "SELECT %(a)s::int", {"a": 5}).fetchall() == [(5,)]
     assert run_one(pg, "SELECT %(a)s::int + %(c)s::int", {"a": 1, "c": 2}).fetchall() == [(3,)]
+
+
+def test_a_connections_wire_does_not_keep_it_alive(store):
+    """The pool closes overflow and broken connections: each must be freed with its wire,
+    or a long-running hub keeps every connection it ever opened."""
+    import gc
+    import weakref
+
+    conn = psycopg.connect(store.url.replace("postgresql+psycopg://", "postgresql://"))
+    run_one(conn, "SELECT %(a)s::int", {"a": 1})
+    gone = weakref.ref(conn)
+    conn.close()
+    del conn
+    gc.collect()
+    assert gone() is None
+
+
+def test_after_someone_deallocates_the_statements_the_next_batch_prepares_afresh(pg):
+    """Were the session's prepared statements deallocated under the wire (a ``DEALLOCATE
+    ALL`` or ``DISCARD ALL`` sent another way), the statement that finds one missing fails,
+    and the wire forgets them all: the next batch prepares again instead of failing too."""
+    mine = "SELECT %(a)s::int - 1"
+    assert run_one(pg, mine, {"a": 5}).fetchall() == [(4,)]
+    through_cursor(pg, "DEALLOCATE ALL")
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+        run_one(pg, mine, {"a": 5})
+    assert run_one(pg, mine, {"a": 5}).fetchall() == [(4,)]

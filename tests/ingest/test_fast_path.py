@@ -225,6 +225,17 @@ def outcomes(store) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
+def sent_by_a_second_frame(store, ingest, platform: str, body_of) -> dict[str, int]:
+    """What ``body_of(1)`` costs (``Store.meter``) once ``body_of(0)`` has minted its rows
+    on a fresh bridge of ``platform``."""
+    bridge = create_bridge(store, platform=platform, name="p")["id"]
+    ingest.append_body(bridge, body_of(0), platform)  # first sighting: reads the bridge, mints rows
+    before = store.meter.snapshot()
+    ingest.append_body(bridge, body_of(1), platform)
+    after = store.meter.snapshot()
+    return {k: after[k] - before[k] for k in after}
+
+
 def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again(store, ingest, monkeypatch):
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
@@ -268,12 +279,7 @@ def sync_sent_body(n: int) -> dict:
 
 
 def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read(store, ingest):
-    bridge = create_bridge(store, platform="signal", name="p")["id"]
-    ingest.append_body(bridge, sync_sent_body(0), "signal")  # first sighting: mints the rows
-    before = store.meter.snapshot()
-    ingest.append_body(bridge, sync_sent_body(1), "signal")
-    after = store.meter.snapshot()
-    sent = {k: after[k] - before[k] for k in after}
+    sent = sent_by_a_second_frame(store, ingest, "signal", sync_sent_body)
     if store.dialect == "postgresql":
         # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [sender read, recency bump]
         # [echo lock, echo read] [message insert] COMMIT: the echo lock costs no round trip.
@@ -366,20 +372,17 @@ def test_a_failed_append_transaction_leaves_its_connection_usable(store, ingest)
         assert inbox_store.backlog(tx) == 0
 
 
-def google_roster_body(n: int) -> dict:
-    payload = json.loads((FIXTURES / "google_conversation_group.json").read_text())
-    return {"codec": "google.json", "codec_version": 1, "dedupe_key": f"g{n}", "payload": payload}
+def google_body(fixture: str, n: int) -> dict:
+    """The Google fixture ``fixture`` as frame ``n`` (the same snapshot under its own key)."""
+    payload = json.loads((FIXTURES / fixture).read_text())
+    return {"codec": "google.json", "codec_version": 1, "dedupe_key": f"{fixture}:{n}", "payload": payload}
 
 
 def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read(store, ingest):
     """A conversation snapshot names N participants: their identities are read ahead with
     the conversation's own read, so the frame costs the same round trips for any N."""
-    bridge = create_bridge(store, platform="google", name="p")["id"]
-    ingest.append_body(bridge, google_roster_body(0), "google")  # first sighting: mints the rows
-    before = store.meter.snapshot()
-    ingest.append_body(bridge, google_roster_body(1), "google")  # the same snapshot again
-    after = store.meter.snapshot()
-    sent = {k: after[k] - before[k] for k in after}
+    sent = sent_by_a_second_frame(store, ingest, "google",
+                                  lambda n: google_body("google_conversation_group.json", n))
     if store.dialect == "postgresql":
         # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [3 identity reads, conversation
         # read] [roster read] COMMIT: an unchanged snapshot writes nothing more.
@@ -391,25 +394,12 @@ def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conve
     assert outcomes(store) == {"applied": 2}
 
 
-def google_reactions_body(n: int) -> dict:
-    payload = json.loads((FIXTURES / "google_message_reactions.json").read_text())
-    return {"codec": "google.json", "codec_version": 1, "dedupe_key": f"r{n}", "payload": payload}
-
-
-#: 14 statements either way. PostgreSQL: the stored fence and the stored reactions are read
-#: in one round trip (9 before D103); SQLite: every statement is one call.
-ROUND_TRIPS_OF_AN_UNCHANGED_REACTION_SNAPSHOT = {"postgresql": 8, "sqlite": 14}
-
-
 def test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip(store, ingest):
     """An unchanged reaction snapshot of a stored message reads the message's fence and its
     reactions, and writes nothing; on PostgreSQL the two reads share a round trip."""
-    bridge = create_bridge(store, platform="google", name="p")["id"]
-    ingest.append_body(bridge, google_reactions_body(0), "google")  # first sighting: mints the rows
-    before = store.meter.snapshot()
-    ingest.append_body(bridge, google_reactions_body(1), "google")  # the same snapshot again
-    after = store.meter.snapshot()
-    sent = {k: after[k] - before[k] for k in after}
-    rt = ROUND_TRIPS_OF_AN_UNCHANGED_REACTION_SNAPSHOT[store.dialect]
-    assert sent["round_trips"] == rt, sent
+    sent = sent_by_a_second_frame(store, ingest, "google",
+                                  lambda n: google_body("google_message_reactions.json", n))
+    # 14 statements either way. PostgreSQL: the stored fence and the stored reactions are read
+    # in one round trip (9 before D103); SQLite: every statement is one call.
+    assert sent["round_trips"] == {"postgresql": 8, "sqlite": 14}[store.dialect], sent
     assert outcomes(store) == {"applied": 2}

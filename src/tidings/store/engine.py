@@ -135,9 +135,10 @@ class Tx:
     """One open transaction (or autocommit reads) on a raw DBAPI connection.
 
     PostgreSQL: ``_pending`` holds what waits to be sent (deferred statements, read-ahead
-    reads; see the module docstring) as ``(sql, params, cursor or None)``; ``_send`` puts
-    it, and the implicit ``BEGIN`` of a fresh transaction, in one pipeline with the
-    statement it sends. ``_ahead`` maps a read-ahead read's key to its cursor, used once.
+    reads; see the module docstring) as ``pg_wire.Entry`` ``(sql, params, Result or
+    None)``; ``_send`` puts it, and the implicit ``BEGIN`` of a fresh transaction, in one
+    pipeline with the statement it sends. ``_ahead`` maps a read-ahead read's key to its
+    ``Result``, used once (or withdrawn: ``drop_ahead``).
     """
 
     __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun", "_wire")

@@ -30,7 +30,6 @@ deallocating every prepared statement of the session, the wire's included.
 from __future__ import annotations
 
 import select
-import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,7 +39,6 @@ from psycopg._queries import _query2pg_nocache
 from psycopg.adapt import Transformer
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
-_COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
 _FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 _PIPELINE_ABORTED = pq.ExecStatus.PIPELINE_ABORTED
@@ -132,10 +130,9 @@ Entry = tuple[str, Any, "Result | None"]
 class Wire:
     """The libpq side of one psycopg connection, used by one thread at a time."""
 
-    __slots__ = ("conn", "pgconn", "encoding", "_tx", "_prepared", "_converted", "__weakref__")
+    __slots__ = ("pgconn", "encoding", "_tx", "_prepared", "_converted")
 
     def __init__(self, conn: Any) -> None:
-        self.conn = conn
         self.pgconn = conn.pgconn
         self._tx = Transformer(conn)
         self.encoding = self._tx.encoding
@@ -207,7 +204,7 @@ class Wire:
                     pass
         if error is not None:
             exc = pg_errors.error_from_result(error, encoding=self.encoding)
-            if exc.sqlstate == _NO_SUCH_PREPARED:  # pragma: no cover - someone deallocated ours
+            if exc.sqlstate == _NO_SUCH_PREPARED:  # someone deallocated ours
                 prepared.clear()  # the next batch prepares afresh
             raise exc
 
@@ -260,12 +257,11 @@ class Wire:
         return res
 
 
-_WIRES: weakref.WeakKeyDictionary[Any, Wire] = weakref.WeakKeyDictionary()
-
-
 def wire_of(conn: Any) -> Wire:
-    """The ``Wire`` of psycopg connection ``conn`` (made on first use, kept with it)."""
-    wire = _WIRES.get(conn)
-    if wire is None or wire.pgconn is not conn.pgconn:
-        wire = _WIRES[conn] = Wire(conn)
+    """The ``Wire`` of psycopg connection ``conn``, made on first use and kept on the
+    connection itself, so it is freed with it (the wire's ``Transformer`` refers back to the
+    connection: a table keyed by connections would keep every one alive)."""
+    wire: Wire | None = getattr(conn, "_tidings_wire", None)
+    if wire is None:
+        wire = conn._tidings_wire = Wire(conn)
     return wire
