@@ -12,6 +12,7 @@ import pytest
 from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import Principal
+from tidings.store.engine import WriteBehindFailed
 from tidings.store.sql import Stmt
 
 PG = "postgresql"
@@ -236,3 +237,116 @@ def test_frames_waiting_out_their_backoff_cost_a_later_frame_no_round_trip_and_a
         assert later("third") == none_backed_off
     finally:
         ingest.stop()
+
+
+# -- writes sent behind (``Tx.later``, D105) ------------------------------------------------
+def behind(tx):
+    """Turn write-behind on for ``tx`` (apply on append does this on PostgreSQL)."""
+    tx.write_behind = True
+    return tx
+
+
+def test_a_write_sent_behind_goes_out_with_the_commit_in_one_round_trip(store, conn):
+    before = store.meter.snapshot()
+    counted: list[int] = []
+    with conn.write() as tx:
+        behind(tx).execute(INSERT, {"k": "a", "v": 1})
+        rows = tx.later(INSERT, {"k": "b", "v": 2})
+        tx.after_commit(lambda: counted.append(int(rows)))
+    if store.dialect == PG:
+        # [BEGIN, INSERT a] [INSERT b, COMMIT]
+        assert sent(store, before) == {"statements": 4, "round_trips": 2, "commits": 1}
+    else:  # SQLite runs it at once: BEGIN IMMEDIATE, INSERT, INSERT, COMMIT
+        assert sent(store, before) == {"statements": 4, "round_trips": 4, "commits": 1}
+    assert counted == [1] and probe(conn) == {"a": 1, "b": 2}
+
+
+def test_a_write_sent_behind_rides_with_the_next_statement_which_sees_it(store, conn):
+    with conn.write() as tx:
+        behind(tx).execute(INSERT, {"k": "a", "v": 1})
+        before = store.meter.snapshot()
+        tx.later(UPDATE, {"k": "a", "v": 7})
+        assert tx.one(GET, {"k": "a"}) == (7,)
+        if store.dialect == PG:
+            assert sent(store, before) == {"statements": 2, "round_trips": 1, "commits": 0}
+    assert probe(conn) == {"a": 7}
+
+
+def test_reading_a_write_sent_behind_early_costs_a_round_trip_never_a_wrong_answer(store, conn):
+    with conn.write() as tx:
+        behind(tx).execute(INSERT, {"k": "a", "v": 1})
+        rows = tx.later(UPDATE, {"k": "a", "v": 2}) + tx.later(UPDATE, {"k": "nobody", "v": 2})
+        before = store.meter.snapshot()
+        assert rows.known() == (store.dialect != PG)
+        assert int(rows) == 1 and rows == 1 and rows
+        if store.dialect == PG:
+            assert sent(store, before) == {"statements": 2, "round_trips": 1, "commits": 0}
+        assert rows.known()
+    assert probe(conn) == {"a": 2}
+
+
+def test_a_savepoint_that_sent_nothing_keeps_the_writes_it_sent_behind(store, conn):
+    """A savepoint is released for free when no statement of it was sent, but a write sent
+    behind inside it must still run: it goes out with the commit."""
+    with conn.write() as tx:
+        behind(tx).execute(INSERT, {"k": "a", "v": 1})
+        with tx.savepoint():
+            tx.later(INSERT, {"k": "b", "v": 2})
+    assert probe(conn) == {"a": 1, "b": 2}
+
+
+def test_a_write_sent_behind_that_fails_inside_its_savepoint_is_taken_back_by_it_alone(store, conn):
+    with conn.write() as tx:
+        behind(tx).execute(INSERT, {"k": "a", "v": 1})
+        with pytest.raises(Exception) as failed:
+            with tx.savepoint():
+                tx.later(INSERT, {"k": "b", "v": 2})
+                tx.later(INSERT, {"k": "a", "v": 9})  # duplicate key
+                tx.one(GET, {"k": "b"})  # PostgreSQL: the writes go out here, inside
+        assert not isinstance(failed.value, WriteBehindFailed)
+        assert "UNIQUE" in str(failed.value) or "duplicate" in str(failed.value)
+        tx.execute(INSERT, {"k": "c", "v": 3})  # the transaction goes on
+    assert probe(conn) == {"a": 1, "c": 3}
+
+
+@pytest.mark.postgres_only
+def test_a_write_sent_behind_that_fails_after_its_savepoint_ended_loses_the_transaction(store, conn):
+    """No savepoint can take it back alone (the one it was issued in has ended), so none
+    tries: ``WriteBehindFailed``, and the whole transaction is rolled back."""
+    ran: list[str] = []
+    with pytest.raises(WriteBehindFailed) as failed:
+        with conn.write() as tx:
+            behind(tx).execute(INSERT, {"k": "a", "v": 1})
+            tx.after_commit(lambda: ran.append("after"))
+            with tx.savepoint():
+                tx.later(INSERT, {"k": "a", "v": 9})  # duplicate key, waiting behind
+            with tx.savepoint():  # the next frame: its first statement sends the write
+                tx.execute(INSERT, {"k": "b", "v": 2})
+    assert "duplicate" in str(failed.value.__cause__)
+    assert ran == [] and probe(conn) == {}
+
+
+@pytest.mark.postgres_only
+def test_a_write_sent_behind_that_fails_at_commit_loses_the_transaction(store, conn):
+    ran: list[str] = []
+    with pytest.raises(WriteBehindFailed):
+        with conn.write() as tx:
+            behind(tx).execute(INSERT, {"k": "a", "v": 1})
+            tx.after_commit(lambda: ran.append("after"))
+            tx.later(INSERT, {"k": "a", "v": 9})
+    assert ran == [] and probe(conn) == {}
+    with conn.write() as tx:  # the connection is usable again
+        tx.execute(INSERT, {"k": "b", "v": 2})
+    assert probe(conn) == {"b": 2}
+
+
+def test_a_read_announced_inside_a_savepoint_and_never_read_is_forgotten_when_it_ends(store, conn):
+    """Otherwise a later read of the same row, after a write, would take the early answer."""
+    with conn.write() as tx:
+        tx.execute(INSERT, {"k": "a", "v": 1})
+        with tx.savepoint():
+            tx.read_ahead(GET, {"k": "a"})
+            tx.execute(INSERT, {"k": "b", "v": 2})  # the read goes out with this one
+        tx.execute(UPDATE, {"k": "a", "v": 3})
+        assert tx.one(GET, {"k": "a"}) == (3,)
+    assert probe(conn) == {"a": 3, "b": 2}

@@ -121,7 +121,9 @@ def test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge(store
     b, c = rig.append(bridge, [frame("b"), frame("c")])
     [d] = rig.append(other, [frame("d")])
     assert state(store, b.inbox_id)["outcome"] is None and state(store, c.inbox_id)["outcome"] is None
-    assert steps(store, "b") == [] and rig.script.decodes["b"] == 0
+    # PostgreSQL decodes a frame ahead of its speculative insert, so its reads ride with it
+    # (D105); a frame found held up is never projected there, only decoded.
+    assert steps(store, "b") == [] and rig.script.decodes["b"] == (1 if store.dialect == "postgresql" else 0)
     assert state(store, d.inbox_id)["outcome"] == "applied"  # another bridge is not held up
     stats = rig.worker.drain_if_due()  # the append woke the worker
     assert stats is not None and stats.applied == 3
@@ -188,7 +190,9 @@ def test_a_repeated_frame_is_a_replay_and_is_not_append_applied_again(store, rig
     [first] = rig.append(bridge, [frame("a", key="k1")])
     [again] = rig.append(bridge, [frame("a", key="k1")])
     assert again.replay and again.inbox_id == first.inbox_id
-    assert rig.script.decodes["a"] == 1 and steps(store, "a") == ["first", "last"]
+    # Applied once; PostgreSQL decodes the repeat ahead of its insert (D105), then drops it.
+    assert rig.script.decodes["a"] == (2 if store.dialect == "postgresql" else 1)
+    assert steps(store, "a") == ["first", "last"]
     assert rig.counters.of(bridge).snapshot()["deduped"] == 1
 
 

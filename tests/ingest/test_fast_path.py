@@ -45,6 +45,7 @@ from tidings.ingest.projection import ProjectionContext, _Frame
 from tidings.ingest.worker import StagedCounters
 from tidings.store import inbox as inbox_store
 from tidings.store.engine import Tx
+from tidings.store.sql import Stmt
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -240,30 +241,42 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
     names: list[str] = []
-    real = Tx.execute
+    real, real_later = Tx.execute, Tx.later
 
     def counting(tx, stmt, params=None):
         names.append(stmt.name or str(stmt.clause))
         return real(tx, stmt, params)
 
+    def counting_later(tx, stmt, params=None):
+        if tx.write_behind:  # sent behind; otherwise it runs now, through ``execute``
+            names.append(stmt.name or str(stmt.clause))
+        return real_later(tx, stmt, params)
+
     monkeypatch.setattr(Tx, "execute", counting)
+    monkeypatch.setattr(Tx, "later", counting_later)
     before = store.meter.snapshot()
     ingest.append_body(bridge, signal_body(1), "signal")
     after = store.meter.snapshot()
-    # held-up read, inbox insert, then the projection: recency bump, sender read, message insert,
-    # roster ensure. PostgreSQL also takes the bridge's append lock, deferred (Tx.defer), and
-    # inserts the frame applied first, then reads the held-up check's answer (read ahead).
-    first = ["inbox.insert_frame", "inbox.older_unprocessed"] if store.dialect == "postgresql" else [
-        "inbox.older_unprocessed", "inbox.insert_frame"]
-    assert names == first + [
-        "conversations.mint_or_bump", "identities.by_key", "bridge_messages.insert", "participants.ensure",
-    ]
     sent = {k: after[k] - before[k] for k in after}
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [sender read, recency bump]
-        # [roster ensure, message insert] COMMIT; the RELEASE waits and is dropped at COMMIT.
-        assert sent == {"statements": 10, "round_trips": 4, "commits": 1}
+        # The bridge's append lock is deferred (Tx.defer); the frame is inserted applied first,
+        # then the held-up check's answer is read (read ahead); the sender is read ahead too,
+        # and the projection's writes go behind (D105): the message as insert and guarded
+        # update, the roster ensure and its touch as one statement.
+        assert names == [
+            "inbox.insert_frame", "inbox.older_unprocessed", "conversations.mint_or_bump", "identities.by_key",
+            "bridge_messages.insert", "bridge_messages.update_guarded", "participants.ensure_touch",
+        ]
+        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, inbox insert]
+        # [recency bump, message insert, guarded update, roster ensure, RELEASE, COMMIT]
+        assert sent == {"statements": 12, "round_trips": 2, "commits": 1}
     else:
+        # held-up read, inbox insert, then the projection: recency bump, sender read, message
+        # insert, roster ensure.
+        assert names == [
+            "inbox.older_unprocessed", "inbox.insert_frame",
+            "conversations.mint_or_bump", "identities.by_key", "bridge_messages.insert", "participants.ensure",
+        ]
         # BEGIN IMMEDIATE, the six, SAVEPOINT, RELEASE, COMMIT: each one call.
         assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
     assert outcomes(store) == {"applied": 2}
@@ -281,9 +294,10 @@ def sync_sent_body(n: int) -> dict:
 def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read(store, ingest):
     sent = sent_by_a_second_frame(store, ingest, "signal", sync_sent_body)
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [sender read, recency bump]
-        # [echo lock, echo read] [message insert] COMMIT: the echo lock costs no round trip.
-        assert sent == {"statements": 11, "round_trips": 5, "commits": 1}
+        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, echo lock, echo read, inbox insert]
+        # [recency bump, echo lock, message insert, guarded update, RELEASE, COMMIT]: the echo
+        # lock and read are announced with the insert (D105), and the lock still comes first.
+        assert sent == {"statements": 14, "round_trips": 2, "commits": 1}
     else:
         # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, recency bump, sender read,
         # echo read, message insert, RELEASE, COMMIT (SQLite has one writer: no echo lock).
@@ -384,9 +398,10 @@ def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conve
     sent = sent_by_a_second_frame(store, ingest, "google",
                                   lambda n: google_body("google_conversation_group.json", n))
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, inbox insert] [3 identity reads, conversation
-        # read] [roster read] COMMIT: an unchanged snapshot writes nothing more.
-        assert sent == {"statements": 11, "round_trips": 4, "commits": 1}
+        # [BEGIN, lock, held-up read, SAVEPOINT, conversation read, roster read, 3 identity
+        # reads, inbox insert] COMMIT: every read is announced with the insert (D105), and an
+        # unchanged snapshot writes nothing more.
+        assert sent == {"statements": 11, "round_trips": 2, "commits": 1}
     else:
         # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, conversation read, 3 identity
         # reads, roster read, RELEASE, COMMIT.
@@ -399,7 +414,90 @@ def test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip
     reactions, and writes nothing; on PostgreSQL the two reads share a round trip."""
     sent = sent_by_a_second_frame(store, ingest, "google",
                                   lambda n: google_body("google_message_reactions.json", n))
-    # 14 statements either way. PostgreSQL: the stored fence and the stored reactions are read
-    # in one round trip (9 before D103); SQLite: every statement is one call.
-    assert sent["round_trips"] == {"postgresql": 8, "sqlite": 14}[store.dialect], sent
+    # PostgreSQL: the stored fence and the stored reactions are read in one round trip (9
+    # before D103), announced with the inbox insert, and the writes go behind with the COMMIT
+    # (8 before D105); SQLite: every statement is one call.
+    assert sent["round_trips"] == {"postgresql": 2, "sqlite": 14}[store.dialect], sent
     assert outcomes(store) == {"applied": 2}
+
+
+# -- writes sent behind on append (D105) ---------------------------------------------------
+_ORPHAN_CURSOR = Stmt(
+    "INSERT INTO read_cursors (conversation_id, bridge_id, last_read_message_id, last_read_message_at_ms, "
+    "last_read_at_ms, updated_at_ms) VALUES ('nope', :bridge_id, 'nope', 1, 1, 1)"
+)
+
+
+def poisoned(bad_bodies: set[str]):
+    """The real projection, plus, for a frame whose message body is in ``bad_bodies``, a
+    write sent behind that the database refuses (a read cursor of no conversation)."""
+    from tidings.ingest import projection
+
+    def project(tx, ctx, events):
+        changed = projection.project_frame(tx, ctx, events)
+        if any(getattr(ev, "body", None) in bad_bodies for ev in events):
+            tx.later(_ORPHAN_CURSOR, {"bridge_id": ctx.bridge_id})
+        return changed
+
+    return project
+
+
+def message_bodies(store) -> list[str]:
+    with store.read() as tx:
+        return [r[0] for r in tx.raw("SELECT body FROM bridge_messages ORDER BY body").fetchall()]
+
+
+def test_a_frame_whose_write_behind_fails_at_commit_is_stored_for_the_drain_which_quarantines_it(store, ingest):
+    """The write fails where no savepoint of its frame can take it back (PostgreSQL: at
+    COMMIT), so the append is made again without apply on append; the drain then applies
+    each frame alone, eagerly, and quarantines this one with the database's cause. SQLite
+    runs the write at once, inside the frame's savepoint: quarantined on append."""
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")
+    ingest.worker.applier.project = poisoned({"message 1"})
+    [r] = ingest.append_body(bridge, signal_body(1), "signal")
+    assert not r.replay
+    if store.dialect == "postgresql":
+        assert outcomes(store) == {"applied": 1, "unprocessed": 1}  # nothing projected
+        assert message_bodies(store) == ["message 0"]
+        ingest.worker.drain_if_due()
+    assert outcomes(store) == {"applied": 1, "quarantined": 1}
+    with store.read() as tx:
+        [q] = inbox_store.quarantined(tx, bridge, 10)
+    assert q["inbox_id"] == r.inbox_id
+    assert q["cause"].startswith("projection rejected by the database"), q["cause"]
+    assert message_bodies(store) == ["message 0"]
+
+
+def test_a_write_behind_that_fails_with_the_next_frame_never_quarantines_that_frame(store, ingest):
+    """In a batch, frame 1's write goes out with frame 2's first statements; its failure is
+    frame 1's, never frame 2's: the request is appended again without apply on append and
+    the drain applies 0 and 2 and quarantines 1 alone."""
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.worker.applier.project = poisoned({"message 1"})
+    results = ingest.append_body(bridge, {"frames": [signal_body(n) for n in range(3)]}, "signal")
+    ingest.worker.drain_if_due()
+    assert outcomes(store) == {"applied": 2, "quarantined": 1}
+    with store.read() as tx:
+        [q] = inbox_store.quarantined(tx, bridge, 10)
+    assert q["inbox_id"] == results[1].inbox_id
+    assert message_bodies(store) == ["message 0", "message 2"]
+
+
+def test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_the_last(store, ingest):
+    """Each frame's writes go behind and ride in the next frame's first round trip, which
+    also carries that frame's announced reads and its inbox insert (D105)."""
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
+    before = store.meter.snapshot()
+    ingest.append_body(bridge, {"frames": [signal_body(n) for n in range(1, 11)]}, "signal")
+    after = store.meter.snapshot()
+    sent = {k: after[k] - before[k] for k in after}
+    if store.dialect == "postgresql":
+        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, inbox insert] then, per later
+        # frame, [the previous frame's writes, RELEASE, SAVEPOINT, its inbox insert], and the
+        # last frame's writes with the COMMIT: 11 round trips for 10 frames.
+        assert sent["round_trips"] == 11 and sent["commits"] == 1, sent
+    else:
+        assert sent["round_trips"] == sent["statements"] and sent["commits"] == 1, sent
+    assert outcomes(store) == {"applied": 11}

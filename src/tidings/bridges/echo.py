@@ -46,6 +46,15 @@ def claim(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remo
     return bool(rows)
 
 
+def announce(tx: Tx, *, bridge_id: str, conversation_id: str, remote_message_id: str) -> None:
+    """Announce ``claim``'s lock and read (``Tx.defer``, ``Tx.read_ahead``; PostgreSQL), so
+    they ride in an earlier round trip of the frame: the lock still goes first."""
+    if not ENABLED or tx.dialect != "postgresql":
+        return
+    _serialize(tx, conversation_id)
+    outbox_store.read_ahead_echo_candidates(tx, bridge_id, conversation_id, echo_key(remote_message_id))
+
+
 def claim_incoming(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,
                    now: int) -> bool:
     """An incoming message of a linked conversation (the link hook asks before posting it):

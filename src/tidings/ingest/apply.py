@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import structlog
 from psycopg import errors as pgerr
@@ -64,6 +64,15 @@ Decode = Callable[[str, int, Any], list[Any]]
 Project = Callable[[Tx, Any, list[Any]], Any]
 #: An inbox row as the apply path reads it: (bridge_id, codec, codec_version, received_at_ms, payload).
 FrameRow = tuple[str, str, int, int, Any]
+
+
+class Decoded(NamedTuple):
+    """A frame decoded ahead of its apply (``FrameApplier.decode_ahead``): its events and
+    its bridge's platform, or the error that ``apply`` raises for it."""
+
+    events: list[Any] | None
+    platform: str | None
+    error: Exception | None
 
 
 class FrameRejected(Exception):
@@ -223,10 +232,42 @@ class FrameApplier:
                 self.platforms[bridge_id] = platform
         return platform
 
+    def decode_ahead(self, tx: Tx, att: Attempt, row: FrameRow, doc: Any = None) -> Decoded:
+        """Decode ``row`` before its inbox insert (apply on append), so the projection's
+        reads can be announced with that insert (``projection.announce_reads``). Never
+        raises: a failure is kept, and ``apply(decoded=...)`` raises it where ``apply``
+        would have raised it itself. Nothing is counted here."""
+        try:
+            events, platform = self._decode(tx, att, row, doc)
+        except Exception as exc:  # noqa: BLE001 - raised by apply, in order
+            return Decoded(None, None, exc)
+        if tx.write_behind:
+            projection.announce_reads(tx, row[0], cast(str, platform), events)
+        return Decoded(events, platform, None)
+
+    def _decode(self, tx: Tx, att: Attempt, row: FrameRow, doc: Any) -> tuple[list[Any], str | None]:
+        bridge_id, codec, codec_version, _received_at_ms, payload = row
+        if doc is not None and self.decode_objects:
+            payload = doc
+        att.bridge_id, att.codec = bridge_id, codec
+        platform = self.bridge_platform(tx, bridge_id)
+        expected = self.codec_platforms.get(codec)
+        if expected is not None and expected != platform:
+            raise FrameRejected(
+                f"codec {codec!r} carries {expected} frames but bridge {bridge_id} is a {platform} bridge"
+            )
+        try:
+            events = self.decode(codec, codec_version, payload)
+        except Exception as exc:
+            raise FrameRejected(cause_of(exc, "decode")) from exc
+        if type(events) is not list:
+            raise FrameRejected(f"decode: the decoder returned {type(events).__name__}, not a list of events")
+        return events, platform
+
     @metrics.timed_frame_apply
     def apply(
         self, tx: Tx, inbox_id: str, att: Attempt, row: FrameRow | None = None, mark: bool = True,
-        doc: Any = None,
+        doc: Any = None, decoded: Decoded | None = None,
     ) -> tuple[Outcome, StagedCounters | None]:
         """Load, decode and project one frame inside ``tx``; mark it applied.
 
@@ -245,23 +286,14 @@ class FrameApplier:
                 row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
-        bridge_id, codec, codec_version, received_at_ms, payload = row
-        if doc is not None and self.decode_objects:
-            payload = doc
-        att.bridge_id, att.codec = bridge_id, codec
-        platform = self.bridge_platform(tx, bridge_id)
-        expected = self.codec_platforms.get(codec)
-        if expected is not None and expected != platform:
-            raise FrameRejected(
-                f"codec {codec!r} carries {expected} frames but bridge {bridge_id} is a {platform} bridge"
-            )
+        bridge_id, received_at_ms = row[0], row[3]
+        if decoded is None:
+            events, platform = self._decode(tx, att, row, doc)
+        elif decoded.error is not None:
+            raise decoded.error
+        else:
+            events, platform = cast("list[Any]", decoded.events), decoded.platform
         counters = self.counters.of(bridge_id)
-        try:
-            events = self.decode(codec, codec_version, payload)
-        except Exception as exc:
-            raise FrameRejected(cause_of(exc, "decode")) from exc
-        if type(events) is not list:
-            raise FrameRejected(f"decode: the decoder returned {type(events).__name__}, not a list of events")
         counters.incr("decoded_events", len(events))
         if self.validate:
             check_events(events)

@@ -50,7 +50,7 @@ import structlog
 from ..errors import TidingsError
 from ..faults import Faults
 from ..store import inbox as inbox_store
-from ..store.engine import Dedicated, Store, Tx
+from ..store.engine import Dedicated, Store, Tx, WriteBehindFailed
 from .counters import BridgeCounters
 from .decoders import DECODERS
 from .group_commit import GroupCommit
@@ -150,6 +150,8 @@ class Ingest:
         self.counters = BridgeCounters()
         self.max_frame_bytes = max_frame_bytes
         self.apply_on_append = apply_on_append
+        #: Apply on append sends the projection's writes behind (``Tx.later``; PostgreSQL).
+        self.write_behind = True
         self.inbox_ids = inbox_ids  # None: ingest.inbox.new_inbox_id
         worker_options.setdefault("group_size", _group_from_env())
         links = getattr(runtime, "links", None)
@@ -203,10 +205,11 @@ class Ingest:
         if self.apply_on_append:
             try:
                 results, left = self._append(bridge_id, frames, apply=True)
-            except _ApplyBroke as exc:  # rolled back before its commit: nothing was stored
+            except (_ApplyBroke, WriteBehindFailed) as exc:  # rolled back whole: nothing was stored
+                cause = exc.__cause__
                 log.warning(
                     "apply on append broke the append transaction; appending without it",
-                    bridge_id=bridge_id, error=f"{type(exc.__cause__).__name__}: {exc.__cause__}",
+                    bridge_id=bridge_id, error=f"{type(cause).__name__}: {cause}",
                 )
                 results, left = self._append(bridge_id, frames, apply=False)
         else:
@@ -244,6 +247,11 @@ class Ingest:
             )
             return results, sum(1 for r in results if not r.replay)
         inbox_store.lock_bridge_appends(tx, bridge_id)
+        # The projection's guarded writes go out behind, with the next statement or the
+        # COMMIT (D105); one that fails outside its frame's savepoint loses the
+        # transaction (``WriteBehindFailed``), and the request is appended again without
+        # apply on append, so the drain applies (or quarantines) each frame on its own.
+        tx.write_behind = self.write_behind and tx.dialect == "postgresql"
         now = self.store.now_ms()
         applier = self.worker.appender(bridge_id, now)
         try:

@@ -26,7 +26,7 @@ import structlog
 
 from ..clock import Clock
 from ..store import inbox as inbox_store
-from ..store.engine import Tx, is_transient
+from ..store.engine import Tx, WriteBehindFailed, is_transient
 from .apply import (
     APPLIED,
     DUPLICATE,
@@ -111,13 +111,16 @@ def insert_applied(
     try:
         with tx.savepoint():
             try:
+                doc = getattr(frame, "doc", None)
+                # Decoded first, so the projection's reads ride with the insert (D105).
+                decoded = applier.decode_ahead(tx, att, row, doc) if tx.write_behind else None
                 if not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
                     return DUPLICATE
                 if held_up is not None and held_up():
                     raise _HeldUp()
-                _outcome, staged = applier.apply(
-                    tx, inbox_id, att, row, mark=False, doc=getattr(frame, "doc", None)
-                )
+                _outcome, staged = applier.apply(tx, inbox_id, att, row, mark=False, doc=doc, decoded=decoded)
+            except WriteBehindFailed:
+                raise  # an earlier frame's write: the whole transaction is lost, not this frame
             except Exception as exc:
                 raise _AttemptFailed(exc) from exc
     except _AttemptFailed as failed:

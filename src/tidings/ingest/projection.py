@@ -54,7 +54,7 @@ from ..bridges import echo
 from ..counters import Counters
 from ..store import attachments, bridge_messages, conversations, identities, reactions, read_cursors
 from ..store.conversations import RosterError, RosterRow
-from ..store.engine import Tx
+from ..store.engine import NO_ROWS, Rows, Tx
 from ..store.reactions import SELF_REACTOR, SnapshotEntry
 from .attachments import metadata as attachment_metadata
 from .events import (
@@ -73,6 +73,7 @@ from .events import (
 __all__ = [
     "MessageChange",
     "ProjectionContext",
+    "announce_reads",
     "ProjectionError",
     "ROLES",
     "conversation_id_for",
@@ -204,16 +205,98 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
     for ev in receipts:
         frame.receipt(ev)
 
-    counts = frame.counts
-    if counts:
+    counts, behind = frame.counts, frame.behind
+    if counts or behind:
         counters = ctx.counters
 
         def add_counts() -> None:
+            for name, rows, if_none in behind:  # every write has run: the commit did
+                n = int(rows)
+                if if_none:
+                    n = 0 if n else 1
+                if n:
+                    counts[name] = counts.get(name, 0) + n
             for name, n in counts.items():
                 counters.incr(name, n)
 
         tx.after_commit(add_counts)
     return frame.changed
+
+
+def key_of(platform: str, ref: IdentityRef, what: str) -> tuple[str, str]:
+    """The identity key (kind, canonical) of ``ref`` on ``platform``."""
+    if ref.platform == platform:
+        # Proven by events.identity_ref: kind/canonical are identity_key(platform, raw).
+        return ref.kind, ref.canonical
+    try:
+        return identity_key(platform, ref.raw)
+    except InvalidEvent as exc:
+        raise ProjectionError(f"{what}: {exc}") from None
+
+
+def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event]) -> None:
+    """Announce (``Tx.read_ahead``, PostgreSQL) the reads ``project_frame`` will make of
+    ``events`` whose answers nothing the frame writes before them can change, so they ride
+    in the round trip of an earlier statement (apply on append: the frame's inbox insert).
+
+    They are: the identities of the senders, of the roster entries and of the reactors
+    (the frame writes an identity only after reading it), each conversation snapshot's
+    row (the conversation pass reads it first), each snapshot message's fence and
+    reactions (no earlier pass writes them), an outgoing message's echo lock and read, the
+    messages that mutations and delta reactions name and receipts read (unless the frame
+    writes them first), and a conversation snapshot's roster (withdrawn when the
+    conversation's row is written before the roster is read).
+    A read that the projection does not make after all is forgotten when the frame's
+    savepoint ends (``Tx.savepoint``), so it never answers a later frame."""
+    if tx.dialect != "postgresql":
+        return
+    keys: list[tuple[str, str]] = []
+    refs: list[IdentityRef] = []
+    # Messages this frame writes: a read of one of them must wait for that write.
+    written = {message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id)
+               for ev in events if isinstance(ev, MessageEvent)}
+    targets: list[str] = []  # rows the frame reads, each by id, before any write of its own
+    for ev in events:
+        if isinstance(ev, MessageMutationEvent):
+            targets.append(message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id))
+        elif isinstance(ev, ReactionEvent) and platform not in SNAPSHOT_PLATFORMS:
+            mid = message_id_for(bridge_id, ev.remote_conversation_id, ev.target_remote_message_id)
+            if mid not in written and mid not in targets:
+                bridge_messages.read_ahead_exists(tx, mid)
+        elif isinstance(ev, ReceiptEvent) and ev.status == "read" and ev.actor.is_self:
+            for remote_message_id in ev.remote_message_ids:
+                mid = message_id_for(bridge_id, ev.remote_conversation_id, remote_message_id)
+                if mid not in written and mid not in targets:
+                    bridge_messages.read_ahead_occurred_at(tx, mid)
+    for mid in targets:
+        if mid not in written:
+            bridge_messages.read_ahead_exists(tx, mid)
+    for ev in events:
+        if isinstance(ev, MessageEvent):
+            refs.append(ev.sender)
+            if ev.reactions_snapshot and platform in SNAPSHOT_PLATFORMS:
+                reactions.read_ahead_snapshot(tx, message_id_for(bridge_id, ev.remote_conversation_id,
+                                                                 ev.remote_message_id))
+            if ev.direction == "outgoing":
+                echo.announce(tx, bridge_id=bridge_id, conversation_id=conversation_id_for(
+                    bridge_id, ev.remote_conversation_id), remote_message_id=ev.remote_message_id)
+        elif isinstance(ev, ReactionEvent):
+            refs.append(ev.actor)
+        elif isinstance(ev, ConversationEvent):
+            refs.extend(part.identity for part in ev.participants)
+            conversations.read_ahead_by_key(tx, bridge_id, ev.remote_conversation_id)
+            conversations.read_ahead_roster(tx, conversation_id_for(bridge_id, ev.remote_conversation_id))
+    seen: set[tuple[str, str]] = set()
+    for ref in refs:
+        try:
+            key = key_of(platform, ref, "")
+        except ProjectionError:
+            continue  # the projection rejects it, in order
+        if key[0] != "anonymous" and key not in seen:
+            seen.add(key)
+            keys.append(key)
+    for kind_, canonical in keys:
+        identities.read_ahead_by_key(tx, bridge_id, kind_, canonical)
 
 
 class _Snapshot:
@@ -229,7 +312,8 @@ class _Snapshot:
 class _Frame:
     """The state of one frame's projection: caches, counts, and the per-kind passes."""
 
-    __slots__ = ("tx", "ctx", "bridge_id", "platform", "now", "idents", "conv_ids", "snapshots", "counts", "changed")
+    __slots__ = ("tx", "ctx", "bridge_id", "platform", "now", "idents", "conv_ids", "snapshots", "counts", "changed",
+                 "behind", "write_behind")
 
     def __init__(self, tx: Tx, ctx: ProjectionContext) -> None:
         self.tx = tx
@@ -243,12 +327,24 @@ class _Frame:
         self.snapshots: dict[tuple[str, str], _Snapshot] = {}
         self.counts: dict[str, int] = {}
         self.changed = False
+        # Counts of writes still waiting behind (``Tx.later``): (counter, rows, if_none),
+        # resolved once the transaction has committed (``project_frame``).
+        self.behind: list[tuple[str, Rows, bool]] = []
+        self.write_behind = tx is not None and tx.write_behind and tx.dialect == "postgresql"
 
     def count(self, name: str, n: int = 1) -> None:
         if n:
             self.counts[name] = self.counts.get(name, 0) + n
 
-    def wrote(self, counter: str, n: int = 1) -> None:
+    def wrote(self, counter: str, n: int | Rows = 1) -> None:
+        """Count ``n`` rows written under ``counter``. ``Rows`` not known yet (writes waiting
+        behind) are counted after the commit, and the frame counts as changed meanwhile."""
+        if isinstance(n, Rows):
+            if not n.known():
+                self.behind.append((counter, n, False))
+                self.changed = True
+                return
+            n = int(n)
         if n:
             self.counts[counter] = self.counts.get(counter, 0) + n
             self.changed = True
@@ -261,13 +357,7 @@ class _Frame:
 
     # -- identities --------------------------------------------------------------------
     def key_of(self, ref: IdentityRef, what: str) -> tuple[str, str]:
-        if ref.platform == self.platform:
-            # Proven by events.identity_ref: kind/canonical are identity_key(platform, raw).
-            return ref.kind, ref.canonical
-        try:
-            return identity_key(self.platform, ref.raw)
-        except InvalidEvent as exc:
-            raise ProjectionError(f"{what}: {exc}") from None
+        return key_of(self.platform, ref, what)
 
     def identity(self, ref: IdentityRef, what: str, key: tuple[str, str] | None = None) -> list[Any]:
         """Resolve (create or merge) a non-anonymous identity; ``[id, raw, name, is_self, metadata]``."""
@@ -283,22 +373,20 @@ class _Frame:
             row = identities.by_key(self.tx, self.bridge_id, kind, canonical)
             if row is None:
                 iid = identity_id_for(self.bridge_id, kind, canonical)
-                identities.upsert(
+                self.wrote("identities_written", identities.upsert(
                     self.tx, id=iid, bridge_id=self.bridge_id, kind=kind, canonical=canonical, raw=raw,
                     display_name=name, is_self=ref.is_self, now=self.now,
-                )
-                self.wrote("identities_written")
+                ))
                 stored = self.idents[key] = [iid, raw, name, ref.is_self, "{}"]
                 return stored
             stored = self.idents[key] = [row[0], row[1], row[2], bool(row[3]), row[4]]
         new_name = name or stored[2]
         new_self = stored[3] or ref.is_self
         if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:
-            if identities.upsert(
+            self.wrote("identities_written", identities.upsert(
                 self.tx, id=stored[0], bridge_id=self.bridge_id, kind=kind, canonical=canonical, raw=raw,
                 display_name=new_name, is_self=new_self, metadata=stored[4], now=self.now,
-            ):
-                self.wrote("identities_written")
+            ))
             stored[1], stored[2], stored[3] = raw, new_name, new_self
         return stored
 
@@ -356,11 +444,11 @@ class _Frame:
         if stored is not None:
             cid = self.conv_ids[remote] = stored[0]
         if stored is None or (stored[1], stored[2], stored[3]) != (ev.kind, ev.title, ev.remote_revision):
-            if conversations.upsert(
+            self.wrote("conversations_written", conversations.upsert(
                 self.tx, id=cid, bridge_id=self.bridge_id, remote_id=remote, kind=ev.kind, title=ev.title,
                 remote_revision=ev.remote_revision, now=self.now,
-            ):
-                self.wrote("conversations_written")
+            ))
+            conversations.drop_roster_ahead(self.tx, cid)  # announced before this write: read afresh
 
         rows = [
             RosterRow(self.identity(ref, f"{what}: participant", key)[0], role, ref.name, active)
@@ -385,11 +473,10 @@ class _Frame:
             if at is None or ev.occurred_at_ms > at:
                 newest[ev.remote_conversation_id] = ev.occurred_at_ms
         for remote, at in newest.items():
-            if conversations.mint_or_bump(
+            self.wrote("conversations_written", conversations.mint_or_bump(
                 tx, id=self.conv_id(remote), bridge_id=bridge_id, remote_id=remote,
                 kind=infer_conversation_kind(platform, remote), at_ms=at, now=now,
-            ):
-                self.wrote("conversations_written")
+            ))
 
         sender_roster = platform in SENDER_ROSTER_PLATFORMS
         on_message = self.ctx.on_message
@@ -406,25 +493,35 @@ class _Frame:
                            remote_message_id=ev.remote_message_id, now=now)
             incoming = direction == "incoming"
             ensure = sender_roster and incoming and not sender[3]
-            if ensure:  # independent of the message row: rides in the upsert's round trip
+            # Sent behind, the upsert's outcome is not known until the commit: fine unless
+            # attachments or the link hook depend on "inserted" (a reaction snapshot then
+            # reads the message's reactions and fence, empty for a new message: same rows).
+            behind = self.write_behind and not ev.attachments and (on_message is None or not incoming)
+            if ensure and not behind and tx.dialect == "postgresql":
+                # Independent of the message row: rides in the upsert's round trip.
                 conversations.ensure_participant_ahead(
-                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2]
+                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2],
+                    now=now,
                 )
-            result = bridge_messages.upsert(
-                tx, id=mid, bridge_id=bridge_id, conversation_id=cid, remote_message_id=ev.remote_message_id,
-                sender_identity_id=sender[0], direction=direction, body=ev.body,
-                reply_to_remote_id=ev.reply_to_remote_id, occurred_at_ms=ev.occurred_at_ms, now=now,
-            )
-            if result is not None:
-                self.wrote("messages_written")
+            fields = {
+                "id": mid, "bridge_id": bridge_id, "conversation_id": cid, "remote_message_id": ev.remote_message_id,
+                "sender_identity_id": sender[0], "direction": direction, "body": ev.body,
+                "reply_to_remote_id": ev.reply_to_remote_id, "occurred_at_ms": ev.occurred_at_ms, "now": now,
+            }
+            result: str | None = None
+            if behind:
+                self.wrote("messages_written", bridge_messages.upsert_behind(tx, **fields))
+            else:
+                result = bridge_messages.upsert(tx, **fields)
+                if result is not None:
+                    self.wrote("messages_written")
             if result == "inserted" and ev.attachments:  # metadata, with the message only (D61)
                 attachments.insert_all(tx, mid, bridge_id, [attachment_metadata(a) for a in ev.attachments])
             if ensure:
-                if conversations.ensure_participant(
-                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2]
-                ):
-                    self.wrote("roster_changes")
-                    conversations.touch(tx, cid, now)
+                self.wrote("roster_changes", conversations.ensure_and_touch(
+                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2],
+                    now=now,
+                ))
             if ev.reactions_snapshot:
                 self.snapshots[(remote_conv, ev.remote_message_id)] = _Snapshot(mid, cid, result == "inserted")
             if on_message is not None and incoming and result == "inserted":
@@ -440,6 +537,20 @@ class _Frame:
     # -- mutations ---------------------------------------------------------------------
     def mutation(self, ev: MessageMutationEvent) -> None:
         mid = message_id_for(self.bridge_id, ev.remote_conversation_id, ev.remote_message_id)
+        if self.write_behind and self.ctx.on_message is None and ev.kind in ("edit", "delete"):
+            # Only counts depend on it: the existence read (announced with the inbox insert)
+            # first, then the write behind; a missing message is left unwritten, as the
+            # guarded write would leave it.
+            if not bridge_messages.exists(self.tx, mid):
+                self.count("mutations_orphaned")
+                return
+            if ev.kind == "edit":
+                rows = bridge_messages.edit_behind(self.tx, id=mid, body=ev.body, at_ms=ev.occurred_at_ms, now=self.now)
+            else:
+                rows = bridge_messages.delete_behind(self.tx, id=mid, at_ms=ev.occurred_at_ms, now=self.now)
+            self.wrote("mutations", rows)
+            self.wrote("messages_written", rows)
+            return
         if ev.kind == "edit":
             change = bridge_messages.edit(self.tx, id=mid, body=ev.body, at_ms=ev.occurred_at_ms, now=self.now)
         elif ev.kind == "delete":
@@ -496,13 +607,12 @@ class _Frame:
                 continue
             key, identity_id, is_self = self.reactor(ev.actor, what)
             removed = ev.action == "remove"
-            if reactions.apply_delta(
+            self.wrote("reactions_removed" if removed else "reactions_applied", reactions.apply_delta(
                 tx, message_id=mid, reactor_key=key, bridge_id=bridge_id,
                 conversation_id=self.conv_id(ev.remote_conversation_id), identity_id=identity_id,
                 is_self=is_self, emoji=ev.emoji, removed=removed, occurred_at_ms=ev.occurred_at_ms,
                 source_seq_ms=self.ctx.received_at_ms, now=now,
-            ):
-                self.wrote("reactions_removed" if removed else "reactions_applied")
+            ))
         seq = self.ctx.received_at_ms
         for snap in self.snapshots.values():
             result = reactions.apply_snapshot(
@@ -511,7 +621,7 @@ class _Frame:
             )
             self.wrote("reactions_applied", result.applied)
             self.wrote("reactions_removed", result.removed)
-            if result.fence_written:
+            if not result.fence_written.known() or result.fence_written:
                 self.changed = True
 
     # -- receipts ----------------------------------------------------------------------
@@ -530,13 +640,15 @@ class _Frame:
                     mid, conv, at = found
             if at is not None and (conv not in best or (at, mid) > best[conv]):
                 best[conv] = (at, mid)
-        wrote = False
+        written = NO_ROWS
         for conv, (at, mid) in best.items():
-            if read_cursors.advance(
+            rows = read_cursors.advance(
                 self.tx, conversation_id=conv, bridge_id=self.bridge_id,
                 message_id=mid, message_at_ms=at, read_at_ms=ev.occurred_at_ms, now=self.now,
-            ):
-                wrote = True
-                self.wrote("receipts_self")
-        if not wrote:
+            )
+            self.wrote("receipts_self", rows)
+            written += rows
+        if not written.known():
+            self.behind.append(("receipts_dropped", written, True))
+        elif not written:
             self.count("receipts_dropped")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from . import search_index
-from .engine import Tx
+from .engine import Rows, Tx
 from .sql import PerDialect, Stmt
 
 FAR_FUTURE_MS = 2**62
@@ -181,6 +181,29 @@ def upsert(
     return None
 
 
+def upsert_behind(
+    tx: Tx,
+    *,
+    id: str,
+    bridge_id: str,
+    conversation_id: str,
+    remote_message_id: str,
+    sender_identity_id: str | None,
+    direction: str,
+    body: str,
+    reply_to_remote_id: str | None,
+    occurred_at_ms: int,
+    now: int,
+) -> Rows:
+    """``upsert`` when the caller need not know at once which of its two writes wrote: both
+    are issued (``Tx.later``), the guarded update right after the insert. Same rows as
+    ``upsert``: after an insert that inserted, the update's guard finds every column equal
+    and writes nothing. The rows written: 1 for an insert or an update, 0 for neither."""
+    params = _params(locals())
+    search_index.queued(tx)
+    return tx.later(INSERT, params) + tx.later(UPDATE_GUARDED, params)
+
+
 def _params(values: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": values["id"],
@@ -209,6 +232,26 @@ def delete(tx: Tx, *, id: str, at_ms: int, now: int) -> Change | None:
     search_index.queued(tx)
     rows = tx.all(DELETE, {"id": id, "at": at_ms, "now": now})
     return Change(rows[0][0], rows[0][1]) if rows else None
+
+
+def edit_behind(tx: Tx, *, id: str, body: str, at_ms: int, now: int) -> Rows:
+    """``edit`` when the caller needs only the rows written (a write that may go behind)."""
+    return tx.later(EDIT, {"id": id, "body": body, "at": at_ms, "now": now})
+
+
+def delete_behind(tx: Tx, *, id: str, at_ms: int, now: int) -> Rows:
+    """``delete`` when the caller needs only the rows written (a write that may go behind)."""
+    return tx.later(DELETE, {"id": id, "at": at_ms, "now": now})
+
+
+def read_ahead_exists(tx: Tx, message_id: str) -> None:
+    """Announce an ``exists`` read (``Tx.read_ahead``)."""
+    tx.read_ahead(EXISTS, {"id": message_id})
+
+
+def read_ahead_occurred_at(tx: Tx, message_id: str) -> None:
+    """Announce an ``occurred_at`` read (``Tx.read_ahead``)."""
+    tx.read_ahead(OCCURRED, {"id": message_id})
 
 
 def exists(tx: Tx, message_id: str) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from .engine import Tx
+from .engine import NO_ROWS, Rows, Tx
 from .sql import Stmt
 
 FAR_FUTURE_MS = 2**62  # "no upper bound" for before_ms reads
@@ -94,6 +94,17 @@ PARTICIPANT_ENSURE = Stmt(
     "ON CONFLICT (conversation_id, identity_id) DO NOTHING",
     name="participants.ensure",
 )
+# PostgreSQL: ensure, and touch the conversation when the identity was added, in one
+# statement; the rows it returns are the participants added (0 or 1).
+PARTICIPANT_ENSURE_TOUCH = Stmt(
+    "WITH added AS (INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, "
+    "display_name, is_active) VALUES (:conversation_id, :identity_id, :bridge_id, 'member', :display_name, true) "
+    "ON CONFLICT (conversation_id, identity_id) DO NOTHING RETURNING conversation_id), "
+    "touched AS (UPDATE conversations SET updated_at_ms = :now WHERE id = :conversation_id "
+    "AND updated_at_ms < :now AND EXISTS (SELECT 1 FROM added)) "
+    "SELECT 1 FROM added",
+    name="participants.ensure_touch",
+)
 
 # -- reads -------------------------------------------------------------------------------
 CONVERSATION_COLUMNS = (
@@ -158,26 +169,24 @@ def upsert(
     title: str,
     remote_revision: str | None,
     now: int,
-) -> bool:
-    """Insert, or update kind/title/revision when one differs. True when a row was written.
+) -> Rows:
+    """Insert, or update kind/title/revision when one differs; the rows written (a write
+    that may go behind, ``Tx.later``).
 
     A new row starts with ``last_message_at_ms = 0``; the stored ``id``, ``created_at_ms``
     and ``last_message_at_ms`` survive a conflict.
     """
-    return (
-        tx.rowcount(
-            UPSERT,
-            {
-                "id": id,
-                "bridge_id": bridge_id,
-                "remote_id": remote_id,
-                "kind": kind,
-                "title": title,
-                "remote_revision": remote_revision,
-                "now": now,
-            },
-        )
-        > 0
+    return tx.later(
+        UPSERT,
+        {
+            "id": id,
+            "bridge_id": bridge_id,
+            "remote_id": remote_id,
+            "kind": kind,
+            "title": title,
+            "remote_revision": remote_revision,
+            "now": now,
+        },
     )
 
 
@@ -186,15 +195,27 @@ def by_key(tx: Tx, bridge_id: str, remote_id: str) -> tuple[Any, ...] | None:
     return tx.one(BY_KEY, {"bridge_id": bridge_id, "remote_id": remote_id})
 
 
-def mint_or_bump(tx: Tx, *, id: str, bridge_id: str, remote_id: str, kind: str, at_ms: int, now: int) -> bool:
+def read_ahead_by_key(tx: Tx, bridge_id: str, remote_id: str) -> None:
+    """Announce a ``by_key`` read (``Tx.read_ahead``)."""
+    tx.read_ahead(BY_KEY, {"bridge_id": bridge_id, "remote_id": remote_id})
+
+
+def read_ahead_roster(tx: Tx, conversation_id: str) -> None:
+    """Announce ``sync_roster``'s read of the stored roster (``Tx.read_ahead``); withdraw it
+    (``drop_roster_ahead``) once this conversation's row is written before that read."""
+    tx.read_ahead(ROSTER, {"conversation_id": conversation_id})
+
+
+def drop_roster_ahead(tx: Tx, conversation_id: str) -> None:
+    tx.drop_ahead(ROSTER, {"conversation_id": conversation_id})
+
+
+def mint_or_bump(tx: Tx, *, id: str, bridge_id: str, remote_id: str, kind: str, at_ms: int, now: int) -> Rows:
     """Create the conversation with ``last_message_at_ms = at_ms``, or raise its recency to
-    ``at_ms`` when strictly newer. True when a row was written."""
-    return (
-        tx.rowcount(
-            MINT_OR_BUMP,
-            {"id": id, "bridge_id": bridge_id, "remote_id": remote_id, "kind": kind, "at": at_ms, "now": now},
-        )
-        > 0
+    ``at_ms`` when strictly newer; the rows written (a write that may go behind)."""
+    return tx.later(
+        MINT_OR_BUMP,
+        {"id": id, "bridge_id": bridge_id, "remote_id": remote_id, "kind": kind, "at": at_ms, "now": now},
     )
 
 
@@ -204,9 +225,10 @@ def bump_recency(tx: Tx, conversation_id: str, at_ms: int) -> bool:
     return tx.rowcount(BUMP_RECENCY, {"id": conversation_id, "at": at_ms}) > 0
 
 
-def touch(tx: Tx, conversation_id: str, now: int) -> bool:
-    """Advance ``updated_at_ms`` to ``now``; never moves it backwards."""
-    return tx.rowcount(TOUCH, {"id": conversation_id, "now": now}) > 0
+def touch(tx: Tx, conversation_id: str, now: int) -> Rows:
+    """Advance ``updated_at_ms`` to ``now``; never moves it backwards (a write that may go
+    behind)."""
+    return tx.later(TOUCH, {"id": conversation_id, "now": now})
 
 
 # -- roster ------------------------------------------------------------------------------
@@ -246,30 +268,32 @@ def _matches(stored: dict[str, tuple[str, str, bool]], rows: list[RosterRow]) ->
 
 def sync_roster(
     tx: Tx, *, conversation_id: str, bridge_id: str, rows: list[RosterRow], touched_at_ms: int = 0
-) -> int:
+) -> Rows:
     """Make the stored roster equal ``rows``, writing only the difference.
 
-    Returns the number of roster rows written (inserted + updated + deleted); 0 means the
-    roster was unchanged and nothing was written. When something was written and
-    ``touched_at_ms > 0`` the conversation's ``updated_at_ms`` advances to it (never back).
-    Raises :class:`RosterError` for a repeated identity or a missing conversation, before
-    writing anything.
+    Returns the roster rows written (inserted + updated + deleted; writes that may go
+    behind); 0 means the roster was unchanged and nothing was written. When something was
+    written and ``touched_at_ms > 0`` the conversation's ``updated_at_ms`` advances to it
+    (never back). Each write of the difference writes exactly one row, since the roster it
+    is the difference from was read in this transaction, so "something was written" is
+    known before the writes run. Raises :class:`RosterError` for a repeated identity or a
+    missing conversation, before writing anything.
     """
     stored = _stored_roster(tx, conversation_id)
     if stored is None:
         raise RosterError(f"conversation {conversation_id!r} does not exist")
     if _matches(stored, rows):
-        return 0
+        return NO_ROWS
     wanted: dict[str, RosterRow] = {}
     for row in rows:
         if row.identity_id in wanted:
             raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")
         wanted[row.identity_id] = row
-    written = 0
+    written = NO_ROWS
     base = {"conversation_id": conversation_id}
     for identity_id in stored:
         if identity_id not in wanted:
-            written += tx.rowcount(PARTICIPANT_DELETE, {**base, "identity_id": identity_id})
+            written += tx.later(PARTICIPANT_DELETE, {**base, "identity_id": identity_id})
     for identity_id, row in wanted.items():
         have = stored.get(identity_id)
         values = (row.role, row.display_name, bool(row.is_active))
@@ -283,8 +307,8 @@ def sync_roster(
             "display_name": row.display_name,
             "is_active": bool(row.is_active),
         }
-        written += tx.rowcount(PARTICIPANT_INSERT if have is None else PARTICIPANT_UPDATE, params)
-    if written and touched_at_ms > 0:
+        written += tx.later(PARTICIPANT_INSERT if have is None else PARTICIPANT_UPDATE, params)
+    if written is not NO_ROWS and touched_at_ms > 0:  # a write was issued (see above)
         touch(tx, conversation_id, touched_at_ms)
     return written
 
@@ -298,10 +322,27 @@ def ensure_participant(
 
 
 def ensure_participant_ahead(
-    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str
+    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str, now: int
 ) -> None:
-    """Announce the next ``ensure_participant`` call with these arguments (``Tx.send_ahead``)."""
-    tx.send_ahead(PARTICIPANT_ENSURE, _ensure_params(conversation_id, identity_id, bridge_id, display_name))
+    """Announce the next ``ensure_and_touch`` call with these arguments (``Tx.send_ahead``;
+    PostgreSQL)."""
+    tx.send_ahead(PARTICIPANT_ENSURE_TOUCH, {**_ensure_params(conversation_id, identity_id, bridge_id, display_name),
+                                             "now": now})
+
+
+def ensure_and_touch(
+    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str, now: int
+) -> Rows:
+    """``ensure_participant``, then, when it added the identity, ``touch`` at ``now``; the
+    roster rows written (0 or 1). PostgreSQL: one statement (``PARTICIPANT_ENSURE_TOUCH``),
+    a write that may go behind; SQLite, which has no writes in ``WITH``: the two calls."""
+    params = _ensure_params(conversation_id, identity_id, bridge_id, display_name)
+    if tx.dialect == "postgresql":
+        return tx.later(PARTICIPANT_ENSURE_TOUCH, {**params, "now": now})
+    added = tx.later(PARTICIPANT_ENSURE, params)
+    if added:
+        touch(tx, conversation_id, now)
+    return added
 
 
 def _ensure_params(conversation_id: str, identity_id: str, bridge_id: str, display_name: str) -> dict[str, str]:

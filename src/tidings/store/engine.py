@@ -34,7 +34,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 import structlog
@@ -127,8 +127,99 @@ _NO_METER = Meter()  # for a Tx built without a store (tests); never read
 _PG_IDLE = 0
 _PG_INTRANS = 2  # psycopg's TransactionStatus.INTRANS: a transaction is open and healthy
 _BEGIN: Entry = ("BEGIN", None, None)
-_COMMIT: list[Entry] = [("COMMIT", None, None)]
+_COMMIT_ENTRY: Entry = ("COMMIT", None, None)
+_COMMIT: list[Entry] = [_COMMIT_ENTRY]
 _ROLLBACK: list[Entry] = [("ROLLBACK", None, None)]
+
+
+class WriteBehindFailed(Exception):
+    """A write sent behind (``Tx.later``) failed where no savepoint of its own could take it
+    back: after the savepoint it was issued in had ended, or at ``COMMIT``. The transaction
+    is lost (rolled back whole); ``__cause__`` is the database's error. Whoever enabled
+    ``Tx.write_behind`` runs the work again without it (``Ingest.append``)."""
+
+
+class _Later(Result):
+    """The ``Result`` of a write sent behind; ``scope`` is the savepoint it was issued in
+    (None: outside any)."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: str | None) -> None:
+        super().__init__()
+        self.scope = scope
+
+
+class Done:
+    """The row count of a write that ran at once (``Tx.later`` on SQLite, or with
+    ``write_behind`` off), read like a ``Result``'s."""
+
+    __slots__ = ("rowcount",)
+
+    def __init__(self, rowcount: int) -> None:
+        self.rowcount = rowcount
+
+
+class Rows:
+    """How many rows some writes wrote (``Tx.later``), read when needed.
+
+    ``int(rows)``, ``bool(rows)`` and ``rows == n`` first send whatever waits in the
+    transaction if one of the writes has not run yet (one round trip), so reading early
+    costs time, never a wrong answer. ``known`` says whether reading costs nothing now;
+    after the commit it always does. ``a + b`` counts both."""
+
+    __slots__ = ("_tx", "_parts")
+
+    def __init__(self, tx: Tx | None, parts: tuple[Result | Done, ...]) -> None:
+        self._tx = tx
+        self._parts = parts
+
+    def known(self) -> bool:
+        return all(part.rowcount >= 0 for part in self._parts)
+
+    def __int__(self) -> int:
+        if self._tx is not None and not self.known():
+            self._tx.flush()
+        return sum(max(part.rowcount, 0) for part in self._parts)
+
+    __index__ = __int__
+
+    def __bool__(self) -> bool:
+        return int(self) > 0
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows | int):
+            return int(self) == int(other)
+        return NotImplemented
+
+    def __lt__(self, other: Rows | int) -> bool:
+        return int(self) < int(other)
+
+    def __le__(self, other: Rows | int) -> bool:
+        return int(self) <= int(other)
+
+    def __gt__(self, other: Rows | int) -> bool:
+        return int(self) > int(other)
+
+    def __ge__(self, other: Rows | int) -> bool:
+        return int(self) >= int(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Rows | int) -> Rows:
+        if isinstance(other, Rows):
+            return Rows(self._tx or other._tx, self._parts + other._parts)
+        if other == 0:
+            return self
+        return Rows(self._tx, (*self._parts, Done(int(other))))
+
+    __radd__ = __add__
+
+    def __repr__(self) -> str:
+        return f"Rows({int(self) if self.known() else '?'})"
+
+
+NO_ROWS = Rows(None, ())
 
 
 class Tx:
@@ -138,10 +229,13 @@ class Tx:
     reads; see the module docstring) as ``pg_wire.Entry`` ``(sql, params, Result or
     None)``; ``_send`` puts it, and the implicit ``BEGIN`` of a fresh transaction, in one
     pipeline with the statement it sends. ``_ahead`` maps a read-ahead read's key to its
-    ``Result``, used once (or withdrawn: ``drop_ahead``).
+    ``Result``, used once (or withdrawn: ``drop_ahead``). ``_open`` names the savepoints
+    open now, innermost last. ``write_behind`` (off unless the owner turns it on):
+    ``later`` writes wait for the next statement or the ``COMMIT`` (see ``later``).
     """
 
-    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun", "_wire")
+    __slots__ = ("dbapi", "dialect", "_after", "_sp", "_pending", "_ahead", "meter", "_begun", "_wire",
+                 "_open", "write_behind", "_lost")
 
     def __init__(self, dbapi: Any, dialect: str, meter: Meter | None = None) -> None:
         self.dbapi = dbapi
@@ -153,6 +247,9 @@ class Tx:
         self.meter = meter or _NO_METER
         self._begun = False  # PostgreSQL: this transaction's BEGIN has gone out
         self._wire: Wire | None = None
+        self._open: list[str] = []
+        self.write_behind = False
+        self._lost = False  # a write sent behind failed outside its savepoint: nothing can be saved
 
     # -- execution ---------------------------------------------------------------------
     def execute(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Any:
@@ -203,7 +300,58 @@ class Tx:
         wire = self._wire
         if wire is None:
             wire = self._wire = wire_of(dbapi)
-        wire.run(batch)
+        try:
+            wire.run(batch)
+        except Exception as exc:
+            owner = getattr(exc, "tidings_result", None)
+            if isinstance(owner, _Later) and (owner.scope is None or not self._open or owner.scope != self._open[-1]):
+                # Not inside the savepoint it was issued in: none can take it back alone.
+                self._lost = True
+                self._pending = []
+                self._ahead.clear()
+                raise WriteBehindFailed(f"a write sent behind failed: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    def later(self, stmt: Stmt, params: dict[str, Any] | None = None) -> Rows:
+        """Run the write ``stmt``; its row count (``Rows``) is best read once the
+        transaction has committed (an ``after_commit`` callback), or never.
+
+        PostgreSQL with ``write_behind`` on: it waits and goes out in the round trip of the
+        next statement sent, or with the ``COMMIT`` (never dropped), in the order issued, so
+        every later statement sees its effect. If it fails inside the savepoint it was
+        issued in, the error is raised there as usual; anywhere else (a later savepoint, the
+        ``COMMIT``) ``WriteBehindFailed`` is raised and the transaction is lost.
+        Otherwise (SQLite, or ``write_behind`` off): it runs now."""
+        if self.write_behind and self.dialect == "postgresql" and (
+            not self._ahead or _ahead_key(stmt, params) not in self._ahead
+        ):  # (a write sent ahead already is taken as ``execute`` takes it)
+            sql, defaults = stmt.compiled(self.dialect)
+            if defaults:
+                params = {**defaults, **(params or {})}
+            result = _Later(self._open[-1] if self._open else None)
+            self._pending.append((sql, params or {}, result))
+            return Rows(self, (result,))
+        cur = self.execute(stmt, params)
+        if self.dialect == "postgresql":
+            return Rows(self, (cast(Result, cur),))
+        done = Done(cur.rowcount)
+        cur.close()
+        return Rows(self, (done,))
+
+    def commit_behind(self) -> bool:
+        """PostgreSQL, at commit: when writes sent behind still wait, send them, whatever
+        else waits, and the ``COMMIT`` in one round trip, and return True (a failure
+        raises, see ``later``). Otherwise drop what waits (``end``) and return False: the
+        caller commits as usual."""
+        pending = self._pending
+        if not any(isinstance(entry[2], _Later) for entry in pending):
+            self.end()
+            return False
+        self._ahead.clear()
+        pending.append(_COMMIT_ENTRY)
+        self.meter.round_trips += 1
+        self._run_pending(None)
+        return True
 
     def defer(self, stmt: Stmt, params: dict[str, Any] | None = None) -> None:
         """Run ``stmt``, whose result nobody reads and whose effect lasts only until the
@@ -261,12 +409,15 @@ class Tx:
         a PostgreSQL error left it aborted outside any savepoint."""
         if self.dialect != "postgresql":
             return bool(self.dbapi.in_transaction)
+        if self._lost:
+            return False
         status = self.dbapi.info.transaction_status
         return status == _PG_INTRANS or (status == _PG_IDLE and not self._begun)
 
     def end(self) -> None:
-        """The transaction is about to commit: what was only deferred ends with it and is
-        dropped (see ``defer``); an unread read-ahead is dropped too."""
+        """The transaction is about to end: what was only deferred ends with it and is
+        dropped (see ``defer``); an unread read-ahead is dropped too. (A commit sends the
+        writes that wait behind first: ``commit_behind``.)"""
         self._pending.clear()
         self._ahead.clear()
 
@@ -361,10 +512,15 @@ class Tx:
         # PostgreSQL: SAVEPOINT and RELEASE wait for the next statement (``defer``).
         entry = (f"SAVEPOINT {name}", None, None)
         self._pending.append(entry)
+        self._open.append(name)
+        announced = set(self._ahead)
         try:
             yield self
         except BaseException:
             del self._after[mark:]
+            self._open.pop()
+            if self._lost:
+                raise  # a write sent behind broke the transaction: nothing to roll back to
             if not self._drop_unsent(entry):
                 # Everything still waiting was issued after the SAVEPOINT went out, i.e.
                 # inside it: it goes with the rollback, unsent (the transaction is
@@ -375,16 +531,25 @@ class Tx:
                 self._pending.append((f"RELEASE SAVEPOINT {name}", None, None))
             raise
         else:
-            if not self._drop_unsent(entry):
+            self._open.pop()
+            if self._ahead:
+                # A read announced inside and never read is forgotten with the savepoint: it
+                # must not answer a later read of the same row after writes it predates.
+                for key in [k for k in self._ahead if k not in announced]:
+                    del self._ahead[key]
+            if not self._drop_unsent(entry, keep_writes=True):
                 self._pending.append((f"RELEASE SAVEPOINT {name}", None, None))
 
-    def _drop_unsent(self, entry: tuple[str, Any, Any]) -> bool:
+    def _drop_unsent(self, entry: tuple[str, Any, Any], keep_writes: bool = False) -> bool:
         """If the SAVEPOINT ``entry`` was never sent, forget it and everything issued after
         it (nothing of that savepoint reached the server, read-aheads included); True when
-        it did so."""
+        it did so. ``keep_writes`` (the savepoint succeeded): a write sent behind inside it
+        must still run, so nothing is dropped and False is returned."""
         pending = self._pending
         for i in range(len(pending) - 1, -1, -1):
             if pending[i] is entry:
+                if keep_writes and any(isinstance(e[2], _Later) for e in pending[i:]):
+                    return False
                 dropped = {id(e[2]) for e in pending[i:] if e[2] is not None}
                 if dropped:
                     self._ahead = {k: c for k, c in self._ahead.items() if id(c) not in dropped}
@@ -590,8 +755,7 @@ def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
     else:
         try:
             yield tx
-            tx.end()
-            if dbapi.info.transaction_status != _PG_IDLE:
+            if not tx.commit_behind() and dbapi.info.transaction_status != _PG_IDLE:
                 meter.statements += 1
                 meter.round_trips += 1
                 wire_of(dbapi).run(_COMMIT)

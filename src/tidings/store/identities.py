@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import Tx
+from .engine import Rows, Tx
 from .sql import Stmt
 
 # The one guard predicate of this table: every content column the upsert sets.
@@ -53,13 +53,13 @@ def upsert(
     is_self: bool,
     now: int,
     metadata: str = "{}",
-) -> bool:
-    """Insert, or update the content columns when one differs. True when a row was written.
+) -> Rows:
+    """Insert, or update the content columns when one differs; the rows written (true
+    when one was; a write that may go behind, ``Tx.later``).
 
     A conflict keeps the stored ``id`` and ``created_at_ms``.
     """
-    return (
-        tx.rowcount(
+    return tx.later(
             UPSERT,
             {
                 "id": id,
@@ -72,8 +72,6 @@ def upsert(
                 "metadata": metadata,
                 "now": now,
             },
-        )
-        > 0
     )
 
 

@@ -170,6 +170,12 @@ def echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str
                                     "remote_id": remote_id})
 
 
+def read_ahead_echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str) -> None:
+    """Announce an ``echo_candidates`` read (``Tx.read_ahead``)."""
+    tx.read_ahead(ECHO_CANDIDATES, {"bridge_id": bridge_id, "conversation_id": conversation_id,
+                                    "remote_id": remote_id})
+
+
 def set_echo(tx: Tx, item_id: str, echo_message_id: str, now: int) -> bool:
     return tx.rowcount(SET_ECHO, {"id": item_id, "echo": echo_message_id, "now": now}) == 1
 

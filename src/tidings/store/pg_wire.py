@@ -16,6 +16,8 @@ Guarantees of ``Wire.run``:
   nothing pending, in the transaction state the server reports.
 * The first error is raised once the pipeline is drained, as psycopg would raise it. The
   server skips the statements after it (``PIPELINE_ABORTED``); their results stay empty.
+  The error's ``tidings_result`` is the ``Result`` of the statement it belongs to (None
+  for a statement nobody reads), so the caller knows whose error it is.
 * A statement whose parameters are known (``params`` not None) runs as a prepared
   statement, prepared in the same pipeline the first time this connection sends it with
   these parameter types. Parse and plan happen once per connection, not once per call. A
@@ -178,6 +180,10 @@ class Wire:
             pgconn.pipeline_sync()
             self._flush()
             error: pq.abc.PGresult | None = None
+            # The statement the first error belongs to (a failed prepare: the statement it
+            # was for, the next one sent), handed to the caller as ``exc.tidings_result``.
+            owner: Result | None = None
+            owner_next = False
             for result, introduced in sent:
                 res = self._next()
                 while self._next() is not None:
@@ -190,6 +196,9 @@ class Wire:
                         prepared.pop(introduced, None)  # not prepared after all
                     if status == _FATAL_ERROR and error is None:
                         error = res
+                        owner, owner_next = result, introduced is not None
+                    elif owner_next and introduced is None:
+                        owner, owner_next = result, False
                     continue
                 if result is not None:
                     result._fill(self, res)
@@ -206,6 +215,7 @@ class Wire:
             exc = pg_errors.error_from_result(error, encoding=self.encoding)
             if exc.sqlstate == _NO_SUCH_PREPARED:  # someone deallocated ours
                 prepared.clear()  # the next batch prepares afresh
+            exc.tidings_result = owner  # type: ignore[attr-defined]
             raise exc
 
     def _queue(self, calls: list[tuple[Any, tuple[Any, ...]]],

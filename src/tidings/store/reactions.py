@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, cast
 
-from .engine import Tx
+from .engine import NO_ROWS, Rows, Tx
 from .sql import Stmt
 
 SELF_REACTOR = "self"
@@ -113,9 +113,9 @@ class SnapshotEntry(NamedTuple):
 
 class SnapshotResult(NamedTuple):
     accepted: bool  # False: strictly older than the fence, rejected whole (nothing written)
-    applied: int  # reaction rows written as active
-    removed: int  # reaction rows tombstoned
-    fence_written: bool
+    applied: Rows  # reaction rows written as active (writes that may go behind, ``Tx.later``)
+    removed: Rows  # reaction rows tombstoned
+    fence_written: Rows
 
 
 def apply_delta(
@@ -132,14 +132,14 @@ def apply_delta(
     occurred_at_ms: int,
     source_seq_ms: int,
     now: int,
-) -> bool:
-    """Apply one add/switch (``removed=False``) or remove; True when a row was written.
+) -> Rows:
+    """Apply one add/switch (``removed=False``) or remove; the rows written (a write that
+    may go behind).
 
     A remove inserts ``emoji=''`` when there is no row yet, and keeps the stored emoji
     otherwise. The message must exist (the caller checks; the foreign key enforces it).
     """
-    return (
-        tx.rowcount(
+    return tx.later(
             APPLY_DELTA,
             {
                 "message_id": message_id,
@@ -154,8 +154,6 @@ def apply_delta(
                 "seq": source_seq_ms,
                 "now": now,
             },
-        )
-        > 0
     )
 
 
@@ -190,9 +188,9 @@ def apply_snapshot(
         current_fence = tx.scalar(FENCE, {"message_id": message_id})
         if current_fence is not None and source_seq_ms < current_fence:
             tx.drop_ahead(OF_MESSAGE, {"message_id": message_id})
-            return SnapshotResult(False, 0, 0, False)
+            return SnapshotResult(False, NO_ROWS, NO_ROWS, NO_ROWS)
         current = {r[0]: r for r in tx.all(OF_MESSAGE, {"message_id": message_id})}
-    applied = removed = 0
+    applied = removed = NO_ROWS
     for reactor_key, entry in entries.items():
         have = current.get(reactor_key)
         if (
@@ -203,7 +201,7 @@ def apply_snapshot(
             and bool(have[2]) == entry.is_self
         ):
             continue
-        applied += tx.rowcount(
+        applied += tx.later(
             UPSERT_ACTIVE,
             {
                 "message_id": message_id,
@@ -220,21 +218,26 @@ def apply_snapshot(
         )
     for reactor_key, have in current.items():
         if have[4] == "active" and reactor_key not in entries:
-            removed += tx.rowcount(
+            removed += tx.later(
                 TOMBSTONE, {"message_id": message_id, "reactor_key": reactor_key, "seq": source_seq_ms, "now": now}
             )
-    fence_written = False
+    fence_written = NO_ROWS
     if current_fence is None or source_seq_ms > current_fence:
         fence_written = advance_fence(tx, message_id, bridge_id, source_seq_ms, now)
     return SnapshotResult(True, applied, removed, fence_written)
 
 
-def advance_fence(tx: Tx, message_id: str, bridge_id: str, source_seq_ms: int, now: int) -> bool:
-    """Create the fence, or move it to ``source_seq_ms`` when strictly newer. True when written."""
-    return (
-        tx.rowcount(FENCE_ADVANCE, {"message_id": message_id, "bridge_id": bridge_id, "seq": source_seq_ms, "now": now})
-        > 0
-    )
+def read_ahead_snapshot(tx: Tx, message_id: str) -> None:
+    """Announce ``apply_snapshot``'s two reads of ``message_id`` (``Tx.read_ahead``)."""
+    params = {"message_id": message_id}
+    tx.read_ahead(FENCE, params)
+    tx.read_ahead(OF_MESSAGE, params)
+
+
+def advance_fence(tx: Tx, message_id: str, bridge_id: str, source_seq_ms: int, now: int) -> Rows:
+    """Create the fence, or move it to ``source_seq_ms`` when strictly newer; the rows
+    written (a write that may go behind)."""
+    return tx.later(FENCE_ADVANCE, {"message_id": message_id, "bridge_id": bridge_id, "seq": source_seq_ms, "now": now})
 
 
 # -- reads -------------------------------------------------------------------------------

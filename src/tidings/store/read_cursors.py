@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import Tx
+from .engine import Rows, Tx
 from .sql import Stmt
 
 ADVANCE = Stmt(
@@ -40,10 +40,10 @@ def advance(
     message_at_ms: int,
     read_at_ms: int,
     now: int,
-) -> bool:
-    """Move the cursor to ``message_id`` when it is newer than the stored one. True when written."""
-    return (
-        tx.rowcount(
+) -> Rows:
+    """Move the cursor to ``message_id`` when it is newer than the stored one; the rows
+    written (a write that may go behind, ``Tx.later``)."""
+    return tx.later(
             ADVANCE,
             {
                 "conversation_id": conversation_id,
@@ -53,8 +53,6 @@ def advance(
                 "read_at": read_at_ms,
                 "now": now,
             },
-        )
-        > 0
     )
 
 
