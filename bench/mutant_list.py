@@ -109,8 +109,8 @@ add("roster.diff_ignores_is_active", CONVS,
     g("test_every_roster_column_changed_alone_writes_its_row"),
     why="the diff compares role and name only: a member going inactive is never stored")
 add("roster.never_deletes", CONVS,
-    "        if identity_id not in wanted:\n            written += tx.rowcount(PARTICIPANT_DELETE",
-    "        if False:\n            written += tx.rowcount(PARTICIPANT_DELETE",
+    "        if identity_id not in wanted:\n            written += tx.later(PARTICIPANT_DELETE",
+    "        if False:\n            written += tx.later(PARTICIPANT_DELETE",
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="a member who left stays on the roster")
 add("roster.fast_path_accepts_repeat", CONVS,
@@ -124,7 +124,7 @@ add("roster.diff_accepts_repeat", CONVS,
     g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
     why="the slow path merges a repeated identity silently")
 add("roster.never_touches_conversation", CONVS,
-    "    if written and touched_at_ms > 0:\n        touch(",
+    "    if written is not NO_ROWS and touched_at_ms > 0:  # a write was issued (see above)\n        touch(",
     "    if False:\n        touch(",
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="a roster-only change leaves the conversation's updated_at_ms behind")
@@ -819,8 +819,8 @@ add("batch.claim_guard_moved", INBOX_SRC,
     t(WORKER, "test_a_frame_finished_after_it_was_listed_is_gone_not_applied_again"),
     why="the claim (load + applied mark) lost its at-most-once guard: a frame finished elsewhere is applied again")
 add("batch.ensure_guard_moved", PROJ_SRC,
-    "            if ensure:  # independent of the message row: rides in the upsert's round trip\n",
-    "            if sender_roster:  # independent of the message row: rides in the upsert's round trip\n",
+    "            if ensure and not behind and tx.dialect == \"postgresql\":\n",
+    "            if sender_roster and not behind and tx.dialect == \"postgresql\":\n",
     t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
     backend="postgres",
     why="the roster ensure sent ahead is guarded apart from where its result is read: our own outgoing "
@@ -934,7 +934,7 @@ add("projection.roster_identities_not_read_ahead", PROJ_SRC,
     "        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])",
     "        pass",
     t("tests/ingest/test_fast_path.py",
-      "test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read"),
+      "test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
     backend="postgres",
     why="a roster snapshot reads each participant's identity in a round trip of its own: "
         "a Google or group snapshot of N people costs N more round trips")
@@ -942,7 +942,7 @@ add("reactions.fence_and_reactions_apart", REACT,
     '        tx.read_ahead(OF_MESSAGE, {"message_id": message_id})\n',
     "",
     t("tests/ingest/test_fast_path.py",
-      "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
+      "test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
     backend="postgres",
     why="a reaction snapshot of a stored message reads its fence and its reactions in two round trips")
 add("engine.withdrawn_read_ahead_kept", "src/tidings/store/engine.py",
@@ -952,3 +952,72 @@ add("engine.withdrawn_read_ahead_kept", "src/tidings/store/engine.py",
     backend="postgres",
     why="a read-ahead a stale reaction snapshot never read answers a later frame's read of the same "
         "reactions after they were written: the snapshot diff runs on old rows")
+# == writes sent behind, reads announced with the inbox insert (D105) =================================
+FAST_PATH = "tests/ingest/test_fast_path.py"
+add("engine.released_savepoint_drops_writes_behind", ENGINE,
+    "            if not self._drop_unsent(entry, keep_writes=True):",
+    "            if not self._drop_unsent(entry):",
+    t(ROUND_TRIPS, "test_a_savepoint_that_sent_nothing_keeps_the_writes_it_sent_behind"),
+    backend="postgres",
+    why="a savepoint inside which nothing was sent is released for free, and the writes it sent behind "
+        "go with it: a frame's projection is silently lost")
+add("engine.announced_read_outlives_its_savepoint", ENGINE,
+    "            if self._ahead:\n                # A read announced inside",
+    "            if False:\n                # A read announced inside",
+    t(ROUND_TRIPS, "test_a_read_announced_inside_a_savepoint_and_never_read_is_forgotten_when_it_ends"),
+    backend="postgres",
+    why="a read a frame announced but never made answers a later frame's read of the same row, after "
+        "writes it predates")
+add("engine.write_behind_failure_raised_as_is", ENGINE,
+    "            if isinstance(owner, _Later) and (owner.scope is None",
+    "            if False and isinstance(owner, _Later) and (owner.scope is None",
+    t(ROUND_TRIPS, "test_a_write_sent_behind_that_fails_at_commit_loses_the_transaction"),
+    t(FAST_PATH, "test_a_frame_whose_write_behind_fails_at_commit_is_stored_for_the_drain_which_quarantines_it"),
+    backend="postgres",
+    why="a write that failed outside its frame's savepoint is raised as an ordinary error: the request "
+        "fails instead of being appended again for the drain")
+add("engine.commit_drops_writes_behind", ENGINE,
+    "        if not any(isinstance(entry[2], _Later) for entry in pending):",
+    "        if True:",
+    t(ROUND_TRIPS, "test_a_write_sent_behind_goes_out_with_the_commit_in_one_round_trip"),
+    backend="postgres",
+    why="the COMMIT drops what waits behind: the last frame's writes are never sent")
+add("ingest.write_behind_failure_not_appended_again", "src/tidings/ingest/engine.py",
+    "except (_ApplyBroke, WriteBehindFailed) as exc:",
+    "except _ApplyBroke as exc:",
+    t(FAST_PATH, "test_a_frame_whose_write_behind_fails_at_commit_is_stored_for_the_drain_which_quarantines_it"),
+    backend="postgres",
+    why="a frame whose write failed at COMMIT fails its request: the bridge retries it forever instead "
+        "of the drain quarantining it")
+add("projection.ensure_touches_always", CONVS,
+    "AND updated_at_ms < :now AND EXISTS (SELECT 1 FROM added)) ",
+    "AND updated_at_ms < :now) ",
+    GUARDS, "tests/ingest/test_projection.py",
+    backend="postgres",
+    why="PostgreSQL's one-statement roster ensure touches the conversation though nobody joined")
+add("projection.reads_announced_before_the_frame_writes_them", PROJ_SRC,
+    "            if mid not in written and mid not in targets:\n                bridge_messages.read_ahead_exists(tx, mid)",
+    "            if mid not in targets:\n                bridge_messages.read_ahead_exists(tx, mid)",
+    t("tests/ingest/test_projection.py", "test_a_frame_that_carries_a_message_and_reactions_to_it_applies_them_all"),
+    backend="postgres",
+    why="a delta reaction's target read is announced before the frame's own insert of that message: "
+        "the reaction is counted orphaned and dropped")
+add("ingest.writes_not_behind_on_append", "src/tidings/ingest/engine.py",
+    '        tx.write_behind = self.write_behind and tx.dialect == "postgresql"',
+    "        tx.write_behind = False",
+    t(FAST_PATH, "test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again"),
+    t(FAST_PATH, "test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_the_last"),
+    backend="postgres",
+    why="apply on append sends every write at once: a Signal frame is 4 round trips again, not 2")
+add("projection.roster_not_announced", PROJ_SRC,
+    "            refs.extend(part.identity for part in ev.participants)\n",
+    "",
+    t(FAST_PATH, "test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read"),
+    backend="postgres",
+    why="apply on append reads a roster snapshot's participants after its inbox insert, not with it")
+add("projection.snapshot_reads_not_announced", PROJ_SRC,
+    "                reactions.read_ahead_snapshot(tx, message_id_for(",
+    "                (lambda *a: None)(tx, message_id_for(",
+    t(FAST_PATH, "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
+    backend="postgres",
+    why="apply on append reads a snapshot message's fence and reactions in a round trip of their own")

@@ -501,3 +501,33 @@ def test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_t
     else:
         assert sent["round_trips"] == sent["statements"] and sent["commits"] == 1, sent
     assert outcomes(store) == {"applied": 11}
+
+
+def drained_second_frame(store, platform: str, body_of) -> dict[str, int]:
+    """What the drain (eager: nothing goes behind) sends to apply frame 1 of a fresh bridge."""
+    ingest = Ingest(store=store, apply_on_append=False)
+    try:
+        bridge = create_bridge(store, platform=platform, name="p")["id"]
+        ingest.append_body(bridge, body_of(0), platform)
+        ingest.worker.drain_if_due()
+        ingest.append_body(bridge, body_of(1), platform)
+        before = store.meter.snapshot()
+        ingest.worker.drain_if_due()
+        after = store.meter.snapshot()
+    finally:
+        ingest.stop()
+    return {k: after[k] - before[k] for k in after}
+
+
+def test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together(store):
+    """The drain announces no reads up front: the roster's identities ride with the
+    conversation read (D102), the fence with the reactions read (D103)."""
+    roster = drained_second_frame(store, "google", lambda n: google_body("google_conversation_group.json", n))
+    reactions = drained_second_frame(store, "google", lambda n: google_body("google_message_reactions.json", n))
+    assert outcomes(store) == {"applied": 4}
+    if store.dialect == "postgresql":
+        # roster: [BEGIN, page listing] [claim] [3 identity reads, conversation read] [roster
+        # read] [the fence's RELEASE...] COMMIT; reactions: the fence and reactions read share one.
+        assert (roster["round_trips"], reactions["round_trips"]) == (6, 10), (roster, reactions)
+    else:
+        assert roster["round_trips"] == roster["statements"] and reactions["round_trips"] == reactions["statements"]

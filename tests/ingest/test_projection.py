@@ -31,6 +31,14 @@ SIG = "signal:+15550100"
 BOB = "+15550100"
 
 
+@pytest.fixture(autouse=True, params=["eager", "behind"])
+def projection_mode(request, monkeypatch):
+    """Every test twice: writes sent at once, and sent behind with the frame's reads
+    announced first (apply on append on PostgreSQL, D105; on SQLite both run at once)."""
+    monkeypatch.setattr(World, "behind", request.param == "behind")
+    return request.param
+
+
 def sref(raw, name="", self_=False):
     return ref(raw, name, self_=self_, platform="signal")
 
@@ -166,6 +174,19 @@ def test_delta_reactions_last_writer_wins_with_tombstones(store):
     assert w.reactions(SIG, "bob:1") == {}
     counts = w.counts()
     assert counts["reactions_applied"] == 2 and counts["reactions_removed"] == 1
+
+
+def test_a_frame_that_carries_a_message_and_reactions_to_it_applies_them_all(store):
+    """The reactions' target is written by the frame itself: its existence is read after
+    that write, never announced before it (D105)."""
+    w = World(store, "signal")
+    alice = sref("+15550111", "Alice")
+    w.frame([msg(SIG, "bob:1", sref(BOB), at=1_000), react(SIG, "bob:1", alice, "👍", at=2_000),
+             edit(SIG, "bob:1", "hello again", at=2_500)])
+    assert w.reactions(SIG, "bob:1") == {w.ident_id("+15550111"): "👍"}
+    counts = w.counts()
+    assert counts["reactions_applied"] == 1 and counts["mutations"] == 1
+    assert "reactions_orphaned" not in counts and "mutations_orphaned" not in counts
 
 
 def test_remove_before_add_leaves_a_tombstone_that_fences_the_stale_add(store):

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_projection_support import World, conv, member, msg, react, ref
@@ -43,6 +45,14 @@ snapshot = st.tuples(
     st.lists(participant, max_size=PEOPLE, unique_by=lambda p: p[0]),
     st.integers(0, 2),  # clock advance
 )
+
+
+@pytest.fixture(autouse=True, params=["eager", "behind"])
+def projection_mode(request, monkeypatch):
+    """Every test twice: writes sent at once, and sent behind with the frame's reads
+    announced first (apply on append on PostgreSQL, D105; on SQLite both run at once)."""
+    monkeypatch.setattr(World, "behind", request.param == "behind")
+    return request.param
 
 
 @settings(SETTINGS)

@@ -23,6 +23,7 @@ from tidings.ingest.events import (
     validate_event,
 )
 from tidings.ingest.projection import (
+    announce_reads,
     MessageChange,
     ProjectionContext,
     conversation_id_for,
@@ -122,7 +123,13 @@ def receipt(remote_conv: str, ids: Iterable[str], actor: IdentityRef, *, status:
 
 # -- the world ---------------------------------------------------------------------------
 class World:
-    """One bridge on a store; ``frame(events)`` projects them in one write transaction."""
+    """One bridge on a store; ``frame(events)`` projects them in one write transaction.
+
+    ``World.behind`` (set per test by ``test_projection.py``'s ``projection_mode``): the
+    transaction sends its writes behind and the frame's reads are announced first, as apply
+    on append does on PostgreSQL (D105); every projection rule must hold either way."""
+
+    behind = False
 
     def __init__(self, store: Store, platform: str = "google", *, owner_id: str | None = None,
                  bridge_id: str | None = None) -> None:
@@ -154,6 +161,9 @@ class World:
             on_message=lambda tx, change: self.changes.append(change),
         )
         with self.store.write() as tx:
+            if self.behind:
+                tx.write_behind = True
+                announce_reads(tx, self.bridge_id, self.platform, events)
             return project_frame(tx, ctx, events)
 
     def counts(self) -> dict[str, int]:

@@ -181,8 +181,10 @@ def infer_conversation_kind(platform: str, remote_conversation_id: str) -> str:
 _BUCKET = {ConversationEvent: 0, MessageEvent: 1, MessageMutationEvent: 2, ReactionEvent: 3, ReceiptEvent: 4}
 
 
-def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
-    """Apply one frame's events in ``tx``; True when any row changed."""
+def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool | Rows:
+    """Apply one frame's events in ``tx``; truthy when any row changed. With writes sent
+    behind (``Tx.later``) whose outcome decides it, a ``Rows`` that tells when read (reading
+    it before the commit costs a round trip; apply on append never reads it)."""
     if ctx.platform not in PLATFORMS:
         raise ProjectionError(f"unknown platform {ctx.platform!r}; expected one of {sorted(PLATFORMS)}")
     buckets: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
@@ -220,7 +222,9 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
                 counters.incr(name, n)
 
         tx.after_commit(add_counts)
-    return frame.changed
+    if frame.changed or not frame.pending:
+        return frame.changed
+    return sum(frame.pending, NO_ROWS)
 
 
 def key_of(platform: str, ref: IdentityRef, what: str) -> tuple[str, str]:
@@ -248,8 +252,8 @@ def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event]) -
     conversation's row is written before the roster is read).
     A read that the projection does not make after all is forgotten when the frame's
     savepoint ends (``Tx.savepoint``), so it never answers a later frame."""
-    if tx.dialect != "postgresql":
-        return
+    if tx.dialect != "postgresql" or platform not in PLATFORMS:
+        return  # (an unknown platform is ``project_frame``'s to reject)
     keys: list[tuple[str, str]] = []
     refs: list[IdentityRef] = []
     # Messages this frame writes: a read of one of them must wait for that write.
@@ -313,7 +317,7 @@ class _Frame:
     """The state of one frame's projection: caches, counts, and the per-kind passes."""
 
     __slots__ = ("tx", "ctx", "bridge_id", "platform", "now", "idents", "conv_ids", "snapshots", "counts", "changed",
-                 "behind", "write_behind")
+                 "behind", "pending", "write_behind")
 
     def __init__(self, tx: Tx, ctx: ProjectionContext) -> None:
         self.tx = tx
@@ -330,6 +334,7 @@ class _Frame:
         # Counts of writes still waiting behind (``Tx.later``): (counter, rows, if_none),
         # resolved once the transaction has committed (``project_frame``).
         self.behind: list[tuple[str, Rows, bool]] = []
+        self.pending: list[Rows] = []  # writes whose outcome decides ``changed``, not run yet
         self.write_behind = tx is not None and tx.write_behind and tx.dialect == "postgresql"
 
     def count(self, name: str, n: int = 1) -> None:
@@ -338,11 +343,11 @@ class _Frame:
 
     def wrote(self, counter: str, n: int | Rows = 1) -> None:
         """Count ``n`` rows written under ``counter``. ``Rows`` not known yet (writes waiting
-        behind) are counted after the commit, and the frame counts as changed meanwhile."""
+        behind) are counted after the commit."""
         if isinstance(n, Rows):
             if not n.known():
                 self.behind.append((counter, n, False))
-                self.changed = True
+                self.pending.append(n)
                 return
             n = int(n)
         if n:
@@ -621,7 +626,9 @@ class _Frame:
             )
             self.wrote("reactions_applied", result.applied)
             self.wrote("reactions_removed", result.removed)
-            if not result.fence_written.known() or result.fence_written:
+            if not result.fence_written.known():
+                self.pending.append(result.fence_written)
+            elif result.fence_written:
                 self.changed = True
 
     # -- receipts ----------------------------------------------------------------------
