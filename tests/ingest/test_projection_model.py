@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_projection_support import World, conv, member, msg, react, ref

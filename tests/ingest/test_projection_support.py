@@ -23,9 +23,9 @@ from tidings.ingest.events import (
     validate_event,
 )
 from tidings.ingest.projection import (
-    announce_reads,
     MessageChange,
     ProjectionContext,
+    announce_reads,
     conversation_id_for,
     identity_id_for,
     message_id_for,
