@@ -1021,3 +1021,15 @@ add("projection.snapshot_reads_not_announced", PROJ_SRC,
     t(FAST_PATH, "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
     backend="postgres",
     why="apply on append reads a snapshot message's fence and reactions in a round trip of their own")
+add("engine.commit_sends_waiting_savepoints", ENGINE,
+    "        self._pending = [entry for entry in pending if not entry[0].startswith(_SAVEPOINT_WORDS)]\n",
+    "        self._pending = list(pending)\n",
+    t(FAST_PATH, "test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again"),
+    backend="postgres",
+    why="the RELEASE of every frame goes out with the COMMIT that releases it anyway: a statement a frame")
+add("echo.lock_taken_twice", PROJ_SRC,
+    "                           announced=self.write_behind and cid == conversation_id_for(bridge_id, remote_conv))",
+    "                           announced=False)",
+    t(FAST_PATH, "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
+    backend="postgres",
+    why="an outgoing message takes its conversation's echo lock a second time after announcing it")

@@ -33,12 +33,14 @@ def echo_key(remote_message_id: str) -> str:
 
 
 def claim(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,
-          now: int) -> bool:
+          now: int, announced: bool = False) -> bool:
     """An outgoing message (Signal sync sent, WhatsApp IsFromMe, Google isMe): link the
-    item it echoes, if any. Returns whether it matched."""
+    item it echoes, if any. Returns whether it matched. ``announced``: ``announce`` took
+    the lock already, in this frame."""
     if not ENABLED:
         return False
-    _serialize(tx, conversation_id)
+    if not announced:
+        _serialize(tx, conversation_id)
     rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(remote_message_id))
     for item_id, _remote, echo in rows:
         if echo is None:

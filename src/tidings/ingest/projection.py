@@ -495,7 +495,8 @@ class _Frame:
             direction = ev.direction
             if direction == "outgoing":  # an incoming echo is claimed by the link hook (bridges/echo.py)
                 echo.claim(tx, bridge_id=bridge_id, conversation_id=cid, message_id=mid,
-                           remote_message_id=ev.remote_message_id, now=now)
+                           remote_message_id=ev.remote_message_id, now=now,
+                           announced=self.write_behind and cid == conversation_id_for(bridge_id, remote_conv))
             incoming = direction == "incoming"
             ensure = sender_roster and incoming and not sender[3]
             # Sent behind, the upsert's outcome is not known until the commit: fine unless

@@ -128,6 +128,7 @@ _PG_IDLE = 0
 _PG_INTRANS = 2  # psycopg's TransactionStatus.INTRANS: a transaction is open and healthy
 _BEGIN: Entry = ("BEGIN", None, None)
 _COMMIT_ENTRY: Entry = ("COMMIT", None, None)
+_SAVEPOINT_WORDS = ("SAVEPOINT ", "RELEASE SAVEPOINT ")
 _COMMIT: list[Entry] = [_COMMIT_ENTRY]
 _ROLLBACK: list[Entry] = [("ROLLBACK", None, None)]
 
@@ -348,7 +349,10 @@ class Tx:
             self.end()
             return False
         self._ahead.clear()
-        pending.append(_COMMIT_ENTRY)
+        # A savepoint still waiting now protects nothing (any failure from here on loses the
+        # transaction) and COMMIT releases them all: only the rest goes, in order.
+        self._pending = [entry for entry in pending if not entry[0].startswith(_SAVEPOINT_WORDS)]
+        self._pending.append(_COMMIT_ENTRY)
         self.meter.round_trips += 1
         self._run_pending(None)
         return True
