@@ -1033,3 +1033,10 @@ add("echo.lock_taken_twice", PROJ_SRC,
     t(FAST_PATH, "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
     backend="postgres",
     why="an outgoing message takes its conversation's echo lock a second time after announcing it")
+add("bridge_message.upsert_rows_update_sees_no_guard", BMSG,
+    'f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED} RETURNING 1) "',
+    'f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED.split(\' AND (\')[0]} RETURNING 1) "',
+    t(FAST_PATH, "test_a_redelivered_message_applied_on_append_writes_nothing"),
+    backend="postgres",
+    why="PostgreSQL's one-statement message upsert drops the write guard: a re-delivered message "
+        "rewrites its row")

@@ -261,16 +261,16 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
     if store.dialect == "postgresql":
         # The bridge's append lock is deferred (Tx.defer); the frame is inserted applied first,
         # then the held-up check's answer is read (read ahead); the sender is read ahead too,
-        # and the projection's writes go behind (D105): the message as insert and guarded
-        # update, the roster ensure and its touch as one statement.
+        # and the projection's writes go behind (D105): the message's insert and guarded
+        # update as one statement, the roster ensure and its touch as one statement.
         assert names == [
             "inbox.insert_frame", "inbox.older_unprocessed", "conversations.mint_or_bump", "identities.by_key",
-            "bridge_messages.insert", "bridge_messages.update_guarded", "participants.ensure_touch",
+            "bridge_messages.upsert_rows", "participants.ensure_touch",
         ]
         # [BEGIN, lock, held-up read, SAVEPOINT, sender read, inbox insert]
-        # [recency bump, message insert, guarded update, roster ensure, COMMIT]: the RELEASE
-        # that waits is dropped, since COMMIT releases every savepoint.
-        assert sent == {"statements": 11, "round_trips": 2, "commits": 1}
+        # [recency bump, message upsert, roster ensure, COMMIT]: the RELEASE that waits is
+        # dropped, since COMMIT releases every savepoint.
+        assert sent == {"statements": 10, "round_trips": 2, "commits": 1}
     else:
         # held-up read, inbox insert, then the projection: recency bump, sender read, message
         # insert, roster ensure.
@@ -296,9 +296,9 @@ def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_r
     sent = sent_by_a_second_frame(store, ingest, "signal", sync_sent_body)
     if store.dialect == "postgresql":
         # [BEGIN, lock, held-up read, SAVEPOINT, sender read, echo lock, echo read, inbox insert]
-        # [recency bump, message insert, guarded update, COMMIT]: the echo lock and read are
-        # announced with the insert (D105), the lock first, and taken once.
-        assert sent == {"statements": 12, "round_trips": 2, "commits": 1}
+        # [recency bump, message upsert, COMMIT]: the echo lock and read are announced with the
+        # insert (D105), the lock first, and taken once.
+        assert sent == {"statements": 11, "round_trips": 2, "commits": 1}
     else:
         # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, recency bump, sender read,
         # echo read, message insert, RELEASE, COMMIT (SQLite has one writer: no echo lock).
@@ -532,3 +532,17 @@ def test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshot
         assert (roster["round_trips"], reactions["round_trips"]) == (6, 10), (roster, reactions)
     else:
         assert roster["round_trips"] == roster["statements"] and reactions["round_trips"] == reactions["statements"]
+
+
+def test_a_redelivered_message_applied_on_append_writes_nothing(store, ingest, clock):
+    """The message upsert sent behind keeps the write guard (PostgreSQL: one statement)."""
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, signal_body(0), "signal")
+    with store.read() as tx:
+        before = tx.raw("SELECT id, updated_at_ms FROM bridge_messages").fetchall()
+    clock.advance(60_000)
+    ingest.append_body(bridge, signal_body(0, key="again"), "signal")  # the same message, re-delivered
+    with store.read() as tx:
+        assert tx.raw("SELECT id, updated_at_ms FROM bridge_messages").fetchall() == before
+    assert outcomes(store) == {"applied": 2}
+    assert ingest.counters.of(bridge).snapshot()["messages_written"] == 1

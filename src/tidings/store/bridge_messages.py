@@ -27,13 +27,13 @@ from .sql import PerDialect, Stmt
 
 FAR_FUTURE_MS = 2**62
 
-INSERT = Stmt(
+_INSERT = (
     "INSERT INTO bridge_messages (id, bridge_id, conversation_id, remote_message_id, sender_identity_id, "
     "direction, body, reply_to_remote_id, state, occurred_at_ms, created_at_ms, updated_at_ms) VALUES "
     "(:id, :bridge_id, :conversation_id, :remote_message_id, :sender, :direction, :body, :reply_to, "
-    "'active', :occurred, :now, :now) ON CONFLICT DO NOTHING",
-    name="bridge_messages.insert",
+    "'active', :occurred, :now, :now) ON CONFLICT DO NOTHING"
 )
+INSERT = Stmt(_INSERT, name="bridge_messages.insert")
 # The one guard predicate of this table: every content column the upsert's update sets.
 MESSAGE_GUARD = (
     "sender_identity_id IS DISTINCT FROM :sender"
@@ -42,11 +42,18 @@ MESSAGE_GUARD = (
     " OR reply_to_remote_id IS DISTINCT FROM :reply_to"
     " OR occurred_at_ms IS DISTINCT FROM :occurred"
 )
-UPDATE_GUARDED = Stmt(
+_UPDATE_GUARDED = (
     "UPDATE bridge_messages SET sender_identity_id = :sender, direction = :direction, body = :body, "
     "reply_to_remote_id = :reply_to, occurred_at_ms = :occurred, updated_at_ms = :now "
-    f"WHERE id = :id AND state = 'active' AND ({MESSAGE_GUARD})",
-    name="bridge_messages.update_guarded",
+    f"WHERE id = :id AND state = 'active' AND ({MESSAGE_GUARD})"
+)
+UPDATE_GUARDED = Stmt(_UPDATE_GUARDED, name="bridge_messages.update_guarded")
+# PostgreSQL: the same two writes in one statement. Both see the snapshot from before it, so
+# the update finds no row the insert made; one row comes back per row written.
+UPSERT_ROWS = Stmt(
+    f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED} RETURNING 1) "
+    "SELECT 1 FROM inserted UNION ALL SELECT 1 FROM updated",
+    name="bridge_messages.upsert_rows",
 )
 EDIT = Stmt(
     "UPDATE bridge_messages SET body = :body, state = 'edited', mutated_at_ms = :at, updated_at_ms = :now "
@@ -195,12 +202,15 @@ def upsert_behind(
     occurred_at_ms: int,
     now: int,
 ) -> Rows:
-    """``upsert`` when the caller need not know at once which of its two writes wrote: both
-    are issued (``Tx.later``), the guarded update right after the insert. Same rows as
-    ``upsert``: after an insert that inserted, the update's guard finds every column equal
-    and writes nothing. The rows written: 1 for an insert or an update, 0 for neither."""
+    """``upsert`` when the caller need not know at once which of its two writes wrote: the
+    rows written, 1 for an insert or an update, 0 for neither (a write that may go behind,
+    ``Tx.later``). Same rows as ``upsert``. PostgreSQL: one statement (``UPSERT_ROWS``);
+    SQLite, which has no writes in ``WITH``: the insert, then the guarded update, whose
+    guard finds every column equal after an insert that inserted."""
     params = _params(locals())
     search_index.queued(tx)
+    if tx.dialect == "postgresql":
+        return tx.later(UPSERT_ROWS, params)
     return tx.later(INSERT, params) + tx.later(UPDATE_GUARDED, params)
 
 
