@@ -14,7 +14,10 @@ append commits either way. The outcome classification is the drain's (``is_trans
 On PostgreSQL the first frame of an append is inserted speculatively: the order check's
 read is announced ahead (``Tx.read_ahead``) and rides in the insert's round trip; a frame
 that turns out held up is taken back with its savepoint and stored unprocessed (``HELD``,
-D82).
+D82). Each frame is decoded before its insert, so that the projection's reads ride with the
+insert too, and the projection's writes go behind (``Tx.later``; D105): a write that fails
+outside its frame's savepoint loses the append transaction (``WriteBehindFailed``), which
+``Ingest.append`` makes again without apply on append.
 """
 
 from __future__ import annotations

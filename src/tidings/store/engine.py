@@ -20,7 +20,10 @@ the transaction (``BEGIN``, ``SAVEPOINT``, ``RELEASE SAVEPOINT``, a transaction-
 advisory lock: ``Tx.defer``) is not sent on its own. It waits in the ``Tx`` and goes out in
 one pipeline with the next statement that is sent, in the order they were issued, so one
 round trip carries them all. What still waits at ``COMMIT`` or ``ROLLBACK`` is dropped: the
-transaction's end releases savepoints and locks anyway. A savepoint inside which no
+transaction's end releases savepoints and locks anyway. Writes sent behind (``Tx.later``,
+with ``Tx.write_behind`` on; D105) wait the same way but are never dropped: the ``COMMIT``
+carries them, and one that fails outside the savepoint it was issued in loses the
+transaction (``WriteBehindFailed``). A savepoint inside which no
 statement was sent is rolled back or released for free. ``Store.meter`` counts statements
 sent, round trips and commits (SQLite: every statement is one call into the library,
 counted as one round trip). ``Tx.after_commit`` callbacks run only once the commit
