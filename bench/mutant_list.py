@@ -969,8 +969,8 @@ add("engine.announced_read_outlives_its_savepoint", ENGINE,
     why="a read a frame announced but never made answers a later frame's read of the same row, after "
         "writes it predates")
 add("engine.write_behind_failure_raised_as_is", ENGINE,
-    "            if isinstance(owner, _Later) and (owner.scope is None",
-    "            if False and isinstance(owner, _Later) and (owner.scope is None",
+    "            if isinstance(owner, _Later) and (not self._open",
+    "            if False and isinstance(owner, _Later) and (not self._open",
     t(ROUND_TRIPS, "test_a_write_sent_behind_that_fails_at_commit_loses_the_transaction"),
     t(FAST_PATH, "test_a_frame_whose_write_behind_fails_at_commit_is_stored_for_the_drain_which_quarantines_it"),
     backend="postgres",

@@ -308,8 +308,8 @@ class Tx:
             wire.run(batch)
         except Exception as exc:
             owner = getattr(exc, "tidings_result", None)
-            if isinstance(owner, _Later) and (owner.scope is None or not self._open or owner.scope != self._open[-1]):
-                # Not inside the savepoint it was issued in: none can take it back alone.
+            if isinstance(owner, _Later) and (not self._open or owner.scope != self._open[-1]):
+                # Not inside the savepoint it was issued in (or in none): none can take it back alone.
                 self._lost = True
                 self._pending = []
                 self._ahead.clear()
