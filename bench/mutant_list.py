@@ -1040,3 +1040,31 @@ add("bridge_message.upsert_rows_update_sees_no_guard", BMSG,
     backend="postgres",
     why="PostgreSQL's one-statement message upsert drops the write guard: a re-delivered message "
         "rewrites its row")
+WORKER = "src/tidings/ingest/worker.py"
+add("drain.writes_not_behind", WORKER,
+    '                    tx.write_behind = self.write_behind and tx.dialect == "postgresql"',
+    "                    tx.write_behind = False",
+    t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
+    backend="postgres",
+    why="the drain sends every write of a frame at once: a drained Signal message is 9 round trips, not 4")
+add("drain.reads_not_announced", "src/tidings/ingest/apply.py",
+    "            if tx.write_behind and decoded is None:  # the drain",
+    "            if False and decoded is None:  # the drain",
+    t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
+    backend="postgres",
+    why="a drained frame's reads go out one round trip each instead of together after its claim")
+add("drain.write_behind_failure_not_unwrapped", WORKER,
+    "                raise failed.__cause__ or failed from None",
+    "                raise",
+    t(FAST_PATH, "test_a_drained_frame_whose_write_behind_fails_is_quarantined_alone_with_the_databases_cause"),
+    t(FAST_PATH, "test_a_drained_frame_whose_write_behind_fails_transiently_is_tried_again_not_quarantined"),
+    backend="postgres",
+    why="a drained frame's write that fails at COMMIT is judged by the wrapper, not the database's error: "
+        "a serialization failure quarantines the frame instead of retrying it, and causes read "
+        "'internal error'")
+add("drain.listing_in_a_transaction", WORKER,
+    "            with conn.autocommit_read() as tx:\n                return inbox_store.unprocessed_after(",
+    "            with conn.read() as tx:\n                return inbox_store.unprocessed_after(",
+    t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
+    backend="postgres",
+    why="the drain's page listing pays a BEGIN and a ROLLBACK round trip for one statement")

@@ -504,9 +504,11 @@ def test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_t
     assert outcomes(store) == {"applied": 11}
 
 
-def drained_second_frame(store, platform: str, body_of) -> dict[str, int]:
-    """What the drain (eager: nothing goes behind) sends to apply frame 1 of a fresh bridge."""
+def drained_second_frame(store, platform: str, body_of, *, write_behind: bool = True) -> dict[str, int]:
+    """What the drain sends to apply frame 1 of a fresh bridge (``write_behind=False``: the
+    eager drain, every write at once)."""
     ingest = Ingest(store=store, apply_on_append=False)
+    ingest.worker.write_behind = write_behind
     try:
         bridge = create_bridge(store, platform=platform, name="p")["id"]
         ingest.append_body(bridge, body_of(0), platform)
@@ -520,18 +522,59 @@ def drained_second_frame(store, platform: str, body_of) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
 
-def test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together(store):
-    """The drain announces no reads up front: the roster's identities ride with the
-    conversation read (D102), the fence with the reactions read (D103)."""
-    roster = drained_second_frame(store, "google", lambda n: google_body("google_conversation_group.json", n))
-    reactions = drained_second_frame(store, "google", lambda n: google_body("google_message_reactions.json", n))
+def test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together(store):
+    """Without write behind, the drain announces no reads up front: the roster's identities
+    ride with the conversation read (D102), the fence with the reactions read (D103)."""
+    roster = drained_second_frame(store, "google", lambda n: google_body("google_conversation_group.json", n),
+                                  write_behind=False)
+    reactions = drained_second_frame(store, "google", lambda n: google_body("google_message_reactions.json", n),
+                                     write_behind=False)
     assert outcomes(store) == {"applied": 4}
     if store.dialect == "postgresql":
-        # roster: [BEGIN, page listing] [claim] [3 identity reads, conversation read] [roster
-        # read] [the fence's RELEASE...] COMMIT; reactions: the fence and reactions read share one.
-        assert (roster["round_trips"], reactions["round_trips"]) == (6, 10), (roster, reactions)
+        # roster: [page listing, autocommit] [BEGIN, claim] [3 identity reads, conversation
+        # read] [roster read] COMMIT; reactions: the fence and reactions read share one.
+        assert (roster["round_trips"], reactions["round_trips"]) == (5, 9), (roster, reactions)
     else:
         assert roster["round_trips"] == roster["statements"] and reactions["round_trips"] == reactions["statements"]
+
+
+@pytest.mark.parametrize("shape", ["signal message", "google roster", "google reactions"])
+def test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead(store, shape):
+    """A drained frame is claimed (its row comes back), decoded, its reads announced in one
+    round trip and its writes sent with the COMMIT (D106): the page listing, the claim,
+    the reads, the commit. SQLite: one call per statement, as before."""
+    body_of = {
+        "signal message": ("signal", signal_body),
+        "google roster": ("google", lambda n: google_body("google_conversation_group.json", n)),
+        "google reactions": ("google", lambda n: google_body("google_message_reactions.json", n)),
+    }[shape]
+    sent = drained_second_frame(store, *body_of)
+    assert outcomes(store) == {"applied": 2}
+    if store.dialect == "postgresql":
+        # [page listing, autocommit] [BEGIN, claim] [announced reads] [writes, COMMIT]
+        assert sent["round_trips"] == 4 and sent["commits"] == 1, sent
+    else:
+        assert sent["round_trips"] == sent["statements"] and sent["commits"] == 1, sent
+
+
+def test_a_drained_frame_whose_write_behind_fails_is_quarantined_alone_with_the_databases_cause(store):
+    """The drain's frame is its own transaction: a write sent behind that the database
+    refuses at COMMIT rolls back that frame alone, and the frame is quarantined with the
+    database's error as its cause, exactly as the eager drain would; the next frame applies."""
+    ingest = Ingest(store=store, apply_on_append=False)
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.worker.applier.project = poisoned({"message 1"})
+        results = [ingest.append_body(bridge, signal_body(n), "signal")[0] for n in range(3)]
+        ingest.worker.drain_if_due()
+    finally:
+        ingest.stop()
+    assert outcomes(store) == {"applied": 2, "quarantined": 1}
+    with store.read() as tx:
+        [q] = inbox_store.quarantined(tx, bridge, 10)
+    assert q["inbox_id"] == results[1].inbox_id
+    assert q["cause"].startswith("projection rejected by the database"), q["cause"]
+    assert message_bodies(store) == ["message 0", "message 2"]
 
 
 def test_a_redelivered_message_applied_on_append_writes_nothing(store, ingest, clock):
@@ -546,3 +589,36 @@ def test_a_redelivered_message_applied_on_append_writes_nothing(store, ingest, c
         assert tx.raw("SELECT id, updated_at_ms FROM bridge_messages").fetchall() == before
     assert outcomes(store) == {"applied": 2}
     assert ingest.counters.of(bridge).snapshot()["messages_written"] == 1
+
+
+@pytest.mark.postgres_only
+def test_a_drained_frame_whose_write_behind_fails_transiently_is_tried_again_not_quarantined(store):
+    """A transient error of a write that waited for the COMMIT (here a serialization failure
+    the first time a function runs) is the database's own error to the retry loop: the
+    frame is tried again and applies, with one transient retry counted."""
+    with store.write() as tx:
+        tx.raw("CREATE SEQUENCE flaky_once")
+        tx.raw(
+            "CREATE FUNCTION flaky_once() RETURNS int LANGUAGE plpgsql AS $$ BEGIN "
+            "IF nextval('flaky_once') = 1 THEN RAISE EXCEPTION 'try again' USING ERRCODE = '40001'; END IF; "
+            "RETURN 1; END $$"
+        )
+    flaky = Stmt("SELECT flaky_once()")
+    from tidings.ingest import projection
+
+    def project(tx, ctx, events):
+        changed = projection.project_frame(tx, ctx, events)
+        tx.later(flaky)
+        return changed
+
+    ingest = Ingest(store=store, apply_on_append=False, sleep=lambda _s: None)
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.worker.applier.project = project
+        ingest.append_body(bridge, signal_body(0), "signal")
+        ingest.worker.drain_if_due()
+    finally:
+        ingest.stop()
+    assert outcomes(store) == {"applied": 1}
+    assert ingest.counters.of(bridge).snapshot()["transient_retries"] == 1
+    assert message_bodies(store) == ["message 0"]

@@ -286,6 +286,8 @@ class FrameApplier:
                 row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
             if row is None:
                 return GONE, None
+            if tx.write_behind and decoded is None:  # the drain: its reads go out together (D106)
+                decoded = self.decode_ahead(tx, att, row, doc)
         bridge_id, received_at_ms = row[0], row[3]
         if decoded is None:
             events, platform = self._decode(tx, att, row, doc)

@@ -17,7 +17,10 @@ How it drains
 
 One frame, one transaction
   Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
-  projection's rows and the processed mark commit together or not at all. A transient
+  projection's rows and the processed mark commit together or not at all. On PostgreSQL
+  the claim's round trip brings the row back, the decoded frame's reads go out together,
+  and its writes wait for the ``COMMIT`` (D106); a write that fails there fails the frame
+  with the database's own error, as it would have failed at once. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole
   attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
   frame is deferred in process (``backoff.py``), and each of its retry rounds is one try.
@@ -55,7 +58,7 @@ import structlog
 from ..clock import Clock
 from ..faults import Faults
 from ..store import inbox as inbox_store
-from ..store.engine import Dedicated, Store, Tx
+from ..store.engine import Dedicated, Store, Tx, WriteBehindFailed
 from ..store.retry import TransientExhausted, attempt
 from .apply import (
     APPLIED,
@@ -150,6 +153,9 @@ class Worker:
             clock=self.clock, faults=self.faults, counters=self.counters, decode=decode, project=project,
             validate=validate, codec_platforms=codec_platforms, on_message=on_message,
         )
+        #: A frame drained alone sends its projection's writes behind (``Tx.later``) and its
+        #: reads ahead (PostgreSQL; D106). Groups (``group_size > 1``) stay eager.
+        self.write_behind = True
         self._conn: Dedicated | None = None
         self._cur = Attempt()  # the drain thread's current frame (counters, logs)
         self._listed_retries: list[str] = []
@@ -348,7 +354,8 @@ class Worker:
         conn = self._connection()
 
         def read() -> list[tuple[int, str]]:
-            with conn.read() as tx:
+            # One statement: no snapshot to share, so no BEGIN or ROLLBACK (PostgreSQL).
+            with conn.autocommit_read() as tx:
                 return inbox_store.unprocessed_after(tx, after_ms, after_id, self.page_size)
 
         try:
@@ -364,8 +371,14 @@ class Worker:
         att = self._cur = Attempt()
 
         def once() -> tuple[Outcome, StagedCounters | None]:
-            with conn.write() as tx:
-                return self.applier.apply(tx, inbox_id, att)
+            try:
+                with conn.write() as tx:
+                    tx.write_behind = self.write_behind and tx.dialect == "postgresql"
+                    return self.applier.apply(tx, inbox_id, att)
+            except WriteBehindFailed as failed:
+                # The frame is the whole transaction, so the failure is this frame's, and it
+                # is the database's error that says retry or quarantine (and why), as eager.
+                raise failed.__cause__ or failed from None
 
         def retried(_exc: BaseException) -> None:
             if att.bridge_id is not None:
