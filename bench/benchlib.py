@@ -54,6 +54,10 @@ def _pg_admin() -> Any:
 class Databases:
     """Hands out fresh databases and removes them all at the end (``close``)."""
 
+    #: ``ALTER DATABASE ... SET`` for every PostgreSQL database handed out (``bench/run.py
+    #: --pg-synchronous-commit off``: SQLite's durability, a diagnostic, never the default).
+    pg_settings: dict[str, str] = {}
+
     def __init__(self, workdir: Path | None = None) -> None:
         self._own_dir = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix="tidings-bench-")) if workdir is None else workdir
@@ -72,6 +76,8 @@ class Databases:
         name = f"tidings_bench_{tag}"[:63]
         with _pg_admin() as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
+            for key, value in self.pg_settings.items():
+                admin.execute(f'ALTER DATABASE "{name}" SET {key} = {value}')
         self._pg.append(name)
         return f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
 

@@ -1068,3 +1068,23 @@ add("drain.listing_in_a_transaction", WORKER,
     t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
     backend="postgres",
     why="the drain's page listing pays a BEGIN and a ROLLBACK round trip for one statement")
+LINKS_SRC = "src/tidings/bridges/links.py"
+LINKS_TESTS = "tests/test_links.py"
+add("links.hook_acts_on_every_conversation", PROJ_SRC,
+    '        acts_on = getattr(hook, "acts_on", None)\n',
+    "        acts_on = None\n",
+    t(LINKS_TESTS, "test_a_hub_with_links_applies_an_unlinked_conversations_message_in_two_round_trips"),
+    backend="postgres",
+    why="a hub with bridge links writes every incoming message eagerly: 4 round trips a frame, not 2")
+add("links.hook_read_not_announced", PROJ_SRC,
+    "                    announce_hook(tx, cid)\n",
+    "                    pass\n",
+    t(LINKS_TESTS, "test_a_hub_with_links_applies_an_unlinked_conversations_message_in_two_round_trips"),
+    backend="postgres",
+    why="the link hook's read of a conversation's links costs a round trip of its own")
+add("links.hook_acts_on_no_conversation", LINKS_SRC,
+    "        return bool(links_store.linked_channels(tx, conversation_id))",
+    "        return False",
+    LINKS_TESTS,
+    backend="postgres",
+    why="a linked conversation's messages are written behind and never posted to their channels")

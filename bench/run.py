@@ -105,6 +105,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="write pyinstrument profiles into DIR (our ingest run; the latency run's consumer thread "
                         "and poster); profiled figures are slower than unprofiled ones")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--pg-synchronous-commit", choices=["on", "off"], default="on",
+                   help="diagnostic: 'off' sets synchronous_commit=off on every PostgreSQL bench database, "
+                        "so a commit does not wait for its WAL flush (SQLite's synchronous=NORMAL durability: "
+                        "survives a killed process, not a power cut); the hub never sets it")
     p.add_argument("--cluster", default="", metavar="1,2,3",
                    help="instead of the sections: N real nodes on one PostgreSQL database, per N (bench_cluster)")
     p.add_argument("--heartbeat-ms", type=int, help="--cluster: the nodes' heartbeat (default: theirs, 2000)")
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
             return 1
     if configure_logging:
         benchlib.configure_logs()
+    if args.pg_synchronous_commit != "on":
+        benchlib.Databases.pg_settings = {"synchronous_commit": args.pg_synchronous_commit}
     if args.cluster:
         return _cluster_main(args, sizes, console, err)
     # Imported once here, not inside a timed loop: ``store.engine.is_transient`` imports
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> in
             "naive_on": naive_on,
             "sections": only,
             "sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(sizes).items()},
-            "machine": benchlib.machine(),
+            "machine": {**benchlib.machine(), "bench_pg_synchronous_commit": args.pg_synchronous_commit},
         },
         "targets": dict(TARGETS),
     }
@@ -611,7 +617,9 @@ def print_table(console: Console, rows: list[dict[str, Any]], results: dict[str,
     load = meta["machine"].get("loadavg_at_start")
     table = Table(
         title=f"Tidings benchmarks ({meta['mode']}, {meta['machine'].get('cpus')} cores, load at start {load}, "
-              f"{meta.get('seconds', '?')} s)",
+              f"{meta.get('seconds', '?')} s"
+              + (", PostgreSQL synchronous_commit=off: a diagnostic, not the hub's durability"
+                 if meta["machine"].get("bench_pg_synchronous_commit") == "off" else "") + ")",
         title_justify="left",
     )
     for name, justify in (("section", "left"), ("metric", "left"), ("backend", "left"), ("ours", "right"),

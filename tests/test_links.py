@@ -242,3 +242,33 @@ def test_the_demo_then_the_sample_capture_show_each_message_once_and_one_name_pe
     assert {uuid: len(names) for uuid, names in names_of.items()} == {uuid: 1 for uuid in names_of}
     shown = {text.split(": ", 1)[0] for text in texts}
     assert shown <= {name for names in names_of.values() for name in names}, shown
+
+
+def sent_by(world, fn) -> dict[str, int]:
+    before = world.store.meter.snapshot()
+    fn()
+    after = world.store.meter.snapshot()
+    return {k: after[k] - before[k] for k in after}
+
+
+def test_a_hub_with_links_applies_an_unlinked_conversations_message_in_two_round_trips(world):
+    """The link hook says which conversations it acts on, with a read announced with the
+    frame's other reads: a message of a conversation linked nowhere goes behind as in a
+    hub without links (D107), and one of a linked conversation still posts (eagerly)."""
+    alice, assistant, ch, bridge, _ = setup_linked(world)
+    other = ("+14155550199", "9f0d7e44-1b6a-4c55-9d0e-1f2a3b4c5d6f", "Bob")
+
+    def direct(ts: int, text: str) -> dict:
+        frame = signal_frame(ts, text=text, sender=other)
+        del frame["payload"]["params"]["envelope"]["dataMessage"]["groupInfo"]  # Bob's 1:1 chat
+        return frame
+
+    append(world, bridge, direct(2_000, "first, mints Bob's chat"))
+    unlinked = sent_by(world, lambda: world.rt.ingest.append_body(bridge["id"], direct(2_100, "hi")))
+    linked = sent_by(world, lambda: world.rt.ingest.append_body(bridge["id"], signal_frame(2_200, text="to the family")))
+    assert [m["text"] for m in channel_messages(world, ch)] == ["Mom: to the family"]
+    if world.store.dialect == "postgresql":
+        assert unlinked["round_trips"] == 2 and unlinked["commits"] == 1, unlinked
+        assert linked["round_trips"] > 2, linked
+    else:
+        assert unlinked["round_trips"] == unlinked["statements"]

@@ -42,10 +42,36 @@ def linked_text(sender: str, body: str) -> str:
     return f"{sender}: {body}"
 
 
+class LinkHook:
+    """The projection's message hook for bridge links (``ProjectionContext.on_message``).
+
+    Calling it is ``Links.on_message``. ``acts_on`` tells the projection whether a
+    conversation is linked anywhere, so that messages of one linked nowhere are written
+    behind like any other (D107); ``announce`` sends that read with the frame's other
+    reads. A conversation linked after ``acts_on`` read it gets its messages posted from
+    the next frame on, as when the link commits just after the frame."""
+
+    __slots__ = ("links",)
+
+    def __init__(self, links: Links) -> None:
+        self.links = links
+
+    def __call__(self, tx: Tx, change: Any) -> None:
+        self.links.on_message(tx, change)
+
+    def announce(self, tx: Tx, conversation_id: str) -> None:
+        links_store.read_ahead_linked_channels(tx, conversation_id)
+
+    def acts_on(self, tx: Tx, conversation_id: str) -> bool:
+        return bool(links_store.linked_channels(tx, conversation_id))
+
+
 class Links:
     def __init__(self, runtime: Any) -> None:
         self.runtime = runtime
         self.store = runtime.store
+        #: What the ingest projection calls for new, edited and deleted messages.
+        self.hook = LinkHook(self)
 
     # -- management --------------------------------------------------------------------
     def link(self, who: Principal, bridge_id: str, body: dict[str, Any]) -> dict[str, Any]:

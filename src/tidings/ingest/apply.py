@@ -242,7 +242,7 @@ class FrameApplier:
         except Exception as exc:  # noqa: BLE001 - raised by apply, in order
             return Decoded(None, None, exc)
         if tx.write_behind:
-            projection.announce_reads(tx, row[0], cast(str, platform), events)
+            projection.announce_reads(tx, row[0], cast(str, platform), events, self.on_message)
         return Decoded(events, platform, None)
 
     def _decode(self, tx: Tx, att: Attempt, row: FrameRow, doc: Any) -> tuple[list[Any], str | None]:

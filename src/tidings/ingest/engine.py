@@ -157,7 +157,7 @@ class Ingest:
         links = getattr(runtime, "links", None)
         if links is not None:
             # Bridge links post linked messages inside the projection's transaction.
-            worker_options.setdefault("on_message", links.on_message)
+            worker_options.setdefault("on_message", links.hook)
         self.worker = Worker(store, counters=self.counters, faults=self.faults, **worker_options)
         self._codec_platforms: dict[str, str] | None = None
         self._connections = _AppendConnections(store) if store.dialect == "sqlite" else None

@@ -124,7 +124,16 @@ class ProjectionContext:
     received_at_ms: int  # the frame's server receipt time; the Google reaction-fence sequence
     now_ms: int  # store clock now (for created/updated stamps)
     counters: Counters  # this bridge's counters (tidings.ingest.counters.INGEST_COUNTERS)
+    # The message hook (bridge links): called for every new incoming message and applied
+    # edit or delete. A hook may also have ``acts_on(tx, conversation_id) -> bool`` (False:
+    # it does nothing for that conversation, so its messages may go behind) and
+    # ``announce(tx, conversation_id)`` (announces the read ``acts_on`` makes); one without
+    # them is taken to act on every conversation.
     on_message: Callable[[Tx, MessageChange], None] | None = None
+
+
+def _hook_announce(hook: Any) -> Callable[[Tx, str], None] | None:
+    return getattr(hook, "announce", None) if getattr(hook, "acts_on", None) is not None else None
 
 
 # -- ids ---------------------------------------------------------------------------------
@@ -238,7 +247,7 @@ def key_of(platform: str, ref: IdentityRef, what: str) -> tuple[str, str]:
         raise ProjectionError(f"{what}: {exc}") from None
 
 
-def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event]) -> None:
+def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event], hook: Any = None) -> None:
     """Announce (``Tx.read_ahead``, PostgreSQL) the reads ``project_frame`` will make of
     ``events`` whose answers nothing the frame writes before them can change, so they ride
     in the round trip of an earlier statement (apply on append: the frame's inbox insert).
@@ -249,7 +258,9 @@ def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event]) -
     reactions (no earlier pass writes them), an outgoing message's echo lock and read, the
     messages that mutations and delta reactions name and receipts read (unless the frame
     writes them first), and a conversation snapshot's roster (withdrawn when the
-    conversation's row is written before the roster is read).
+    conversation's row is written before the roster is read). With a message ``hook``
+    that can say which conversations it acts on: that read, for each conversation whose
+    incoming messages (without attachments) or mutations the frame carries.
     A read that the projection does not make after all is forgotten when the frame's
     savepoint ends (``Tx.savepoint``), so it never answers a later frame."""
     if tx.dialect != "postgresql" or platform not in PLATFORMS:
@@ -275,6 +286,17 @@ def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event]) -
     for mid in targets:
         if mid not in written:
             bridge_messages.read_ahead_exists(tx, mid)
+    announce_hook = _hook_announce(hook)
+    if announce_hook is not None:
+        hooked: set[str] = set()
+        for ev in events:
+            if (isinstance(ev, MessageEvent) and ev.direction == "incoming" and not ev.attachments) or (
+                isinstance(ev, MessageMutationEvent) and ev.kind in ("edit", "delete")
+            ):
+                cid = conversation_id_for(bridge_id, ev.remote_conversation_id)
+                if cid not in hooked:
+                    hooked.add(cid)
+                    announce_hook(tx, cid)
     for ev in events:
         if isinstance(ev, MessageEvent):
             refs.append(ev.sender)
@@ -317,7 +339,7 @@ class _Frame:
     """The state of one frame's projection: caches, counts, and the per-kind passes."""
 
     __slots__ = ("tx", "ctx", "bridge_id", "platform", "now", "idents", "conv_ids", "snapshots", "counts", "changed",
-                 "behind", "pending", "write_behind")
+                 "behind", "pending", "write_behind", "hooked")
 
     def __init__(self, tx: Tx, ctx: ProjectionContext) -> None:
         self.tx = tx
@@ -336,6 +358,21 @@ class _Frame:
         self.behind: list[tuple[str, Rows, bool]] = []
         self.pending: list[Rows] = []  # writes whose outcome decides ``changed``, not run yet
         self.write_behind = tx is not None and tx.write_behind and tx.dialect == "postgresql"
+        self.hooked: dict[str, bool] = {}  # conversation id -> whether the message hook acts on it
+
+    def hook_acts_on(self, conversation_id: str) -> bool:
+        """Whether the message hook (``ctx.on_message``) acts on this conversation's
+        messages: False without a hook, True for a hook that cannot tell. Read once a frame."""
+        hook = self.ctx.on_message
+        if hook is None:
+            return False
+        acts_on = getattr(hook, "acts_on", None)
+        if acts_on is None:
+            return True
+        known = self.hooked.get(conversation_id)
+        if known is None:
+            known = self.hooked[conversation_id] = bool(acts_on(self.tx, conversation_id))
+        return known
 
     def count(self, name: str, n: int = 1) -> None:
         if n:
@@ -502,7 +539,7 @@ class _Frame:
             # Sent behind, the upsert's outcome is not known until the commit: fine unless
             # attachments or the link hook depend on "inserted" (a reaction snapshot then
             # reads the message's reactions and fence, empty for a new message: same rows).
-            behind = self.write_behind and not ev.attachments and (on_message is None or not incoming)
+            behind = self.write_behind and not ev.attachments and not (incoming and self.hook_acts_on(cid))
             if ensure and not behind and tx.dialect == "postgresql":
                 # Independent of the message row: rides in the upsert's round trip.
                 conversations.ensure_participant_ahead(
@@ -530,7 +567,7 @@ class _Frame:
                 ))
             if ev.reactions_snapshot:
                 self.snapshots[(remote_conv, ev.remote_message_id)] = _Snapshot(mid, cid, result == "inserted")
-            if on_message is not None and incoming and result == "inserted":
+            if on_message is not None and incoming and result == "inserted":  # (never when behind)
                 on_message(
                     tx,
                     MessageChange(
@@ -543,7 +580,9 @@ class _Frame:
     # -- mutations ---------------------------------------------------------------------
     def mutation(self, ev: MessageMutationEvent) -> None:
         mid = message_id_for(self.bridge_id, ev.remote_conversation_id, ev.remote_message_id)
-        if self.write_behind and self.ctx.on_message is None and ev.kind in ("edit", "delete"):
+        if self.write_behind and ev.kind in ("edit", "delete") and not self.hook_acts_on(
+            self.conv_id(ev.remote_conversation_id)
+        ):
             # Only counts depend on it: the existence read (announced with the inbox insert)
             # first, then the write behind; a missing message is left unwritten, as the
             # guarded write would leave it.

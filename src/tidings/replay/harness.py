@@ -61,6 +61,7 @@ from ..ingest.events import PLATFORMS
 from ..store import accounts as accounts_store
 from ..store import inbox as inbox_store
 from ..store.engine import Store, normalize_url
+from ..store.sql import Stmt
 from .writecount import BOOKKEEPING, OPS, ReplayCounter
 
 UNKNOWN_CODEC_PLATFORM = "signal"  # the designated bridge for frames of an unknown codec
@@ -187,6 +188,12 @@ def create_bridges(store: Store) -> dict[str, str]:
 
 
 # -- the stuck fault ------------------------------------------------------------------------------
+_CONTENDED = Stmt(
+    "SELECT version FROM schema_migrations WHERE version = :version FOR NO KEY UPDATE NOWAIT",
+    name="replay_contended",
+)
+
+
 class Contention:
     """A real transient database error, on demand, inside the caller's write transaction."""
 
@@ -215,10 +222,9 @@ class Contention:
             import psycopg
 
             try:
-                tx.raw(
-                    "SELECT version FROM schema_migrations WHERE version = %s FOR NO KEY UPDATE NOWAIT",
-                    (self.version,),
-                )
+                # A statement like the frame's own, so it goes out in the round trip a real
+                # statement of the attempt would have taken (with the reads announced ahead).
+                tx.execute(_CONTENDED, {"version": self.version})
             except psycopg.errors.LockNotAvailable as exc:
                 return exc
         raise RuntimeError("the contention fault could not provoke a transient error")

@@ -46,6 +46,11 @@ def linked_channels(tx: Tx, conversation_id: str) -> list[tuple[str, str]]:
     return tx.all(CHANNELS_OF_CONVERSATION, {"conversation_id": conversation_id})
 
 
+def read_ahead_linked_channels(tx: Tx, conversation_id: str) -> None:
+    """Announce ``linked_channels(tx, conversation_id)`` (``Tx.read_ahead``; PostgreSQL)."""
+    tx.read_ahead(CHANNELS_OF_CONVERSATION, {"conversation_id": conversation_id})
+
+
 def links_of_bridge(tx: Tx, bridge_id: str) -> list[dict[str, Any]]:
     return tx.mappings(LINKS_OF_BRIDGE, {"bridge_id": bridge_id})
 
