@@ -934,7 +934,7 @@ add("projection.roster_identities_not_read_ahead", PROJ_SRC,
     "        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])",
     "        pass",
     t("tests/ingest/test_fast_path.py",
-      "test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
+      "test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
     backend="postgres",
     why="a roster snapshot reads each participant's identity in a round trip of its own: "
         "a Google or group snapshot of N people costs N more round trips")
@@ -942,7 +942,7 @@ add("reactions.fence_and_reactions_apart", REACT,
     '        tx.read_ahead(OF_MESSAGE, {"message_id": message_id})\n',
     "",
     t("tests/ingest/test_fast_path.py",
-      "test_the_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
+      "test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
     backend="postgres",
     why="a reaction snapshot of a stored message reads its fence and its reactions in two round trips")
 add("engine.withdrawn_read_ahead_kept", "src/tidings/store/engine.py",
