@@ -235,13 +235,13 @@ class Transient(Exception):
 
 
 class _RawTx:
-    """What ``Contention.error`` needs of a transaction: ``raw(sql, params)`` on it."""
+    """What ``Contention.error`` needs of a transaction: ``execute(stmt, params)`` on it."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
-    def raw(self, sql: str, params: Any = None) -> Any:
-        return self.conn.execute(sql, params)
+    def execute(self, stmt: Any, params: Any = None) -> Any:
+        return self.conn.execute(stmt.compiled("postgresql")[0], params)
 
 
 class Rejected(Exception):

@@ -132,10 +132,6 @@ class ProjectionContext:
     on_message: Callable[[Tx, MessageChange], None] | None = None
 
 
-def _hook_announce(hook: Any) -> Callable[[Tx, str], None] | None:
-    return getattr(hook, "announce", None) if getattr(hook, "acts_on", None) is not None else None
-
-
 # -- ids ---------------------------------------------------------------------------------
 def derive_id(prefix: str, entity: str, bridge_id: str, *natural_key: str) -> str:
     """``prefix_`` + the first 32 hex digits of sha256 over the entity, the bridge and the
@@ -286,7 +282,7 @@ def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event], h
     for mid in targets:
         if mid not in written:
             bridge_messages.read_ahead_exists(tx, mid)
-    announce_hook = _hook_announce(hook)
+    announce_hook = getattr(hook, "announce", None)  # (with ``acts_on``, which reads it)
     if announce_hook is not None:
         hooked: set[str] = set()
         for ev in events:

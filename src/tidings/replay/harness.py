@@ -60,7 +60,7 @@ from ..faults import Faults
 from ..ingest.events import PLATFORMS
 from ..store import accounts as accounts_store
 from ..store import inbox as inbox_store
-from ..store.engine import Store, Tx, normalize_url
+from ..store.engine import Store, normalize_url
 from ..store.sql import Stmt
 from .writecount import BOOKKEEPING, OPS, ReplayCounter
 
@@ -222,12 +222,9 @@ class Contention:
             import psycopg
 
             try:
-                if isinstance(tx, Tx):
-                    # A statement like the frame's own, so it goes out in the round trip a real
-                    # statement of the attempt would have taken (with the reads announced ahead).
-                    tx.execute(_CONTENDED, {"version": self.version})
-                else:  # the naive baseline's plain connection
-                    tx.raw(_CONTENDED.compiled("postgresql")[0], {"version": self.version})
+                # A statement like the frame's own, so it goes out in the round trip a real
+                # statement of the attempt would have taken (with the reads announced ahead).
+                tx.execute(_CONTENDED, {"version": self.version})
             except psycopg.errors.LockNotAvailable as exc:
                 return exc
         raise RuntimeError("the contention fault could not provoke a transient error")
