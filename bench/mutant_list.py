@@ -1088,3 +1088,34 @@ add("links.hook_acts_on_no_conversation", LINKS_SRC,
     LINKS_TESTS,
     backend="postgres",
     why="a linked conversation's messages are written behind and never posted to their channels")
+
+# == the consumer's roster copy (D108) ==========================================================
+ROSTER_SRC = "src/tidings/store/roster.py"
+ROSTER_TESTS = "tests/delivery/test_roster_cache.py"
+add("rostercopy.epoch_ignored", ROSTER_SRC,
+    "        if read_epoch is None or read_epoch != self.epoch:\n",
+    "        if self.epoch is None:\n",
+    ROSTER_TESTS, backend="both",
+    why="a roster kept across an epoch change: a new subscriber gets nothing, a removed one keeps getting "
+        "messages, a renamed agent's mention is lost")
+add("rostercopy.member_trigger_dropped", "src/tidings/store/migrations/sqlite/0014_roster_epoch.sql",
+    "CREATE TRIGGER channel_members_roster_update AFTER UPDATE OF channel_id, account_id, subscribed ON channel_members\n"
+    "BEGIN\n    UPDATE roster_epoch SET epoch = epoch + 1 WHERE id = 1;\nEND;\n",
+    "",
+    ROSTER_TESTS,
+    why="a subscription change leaves the epoch alone, so the consumer's copy misses it")
+add("rostercopy.handle_not_a_roster_input", "src/tidings/store/migrations/postgresql/0014_roster_epoch.sql",
+    "    AFTER UPDATE OF kind, handle, wake_json, home_channel_id ON accounts\n",
+    "    AFTER UPDATE OF kind, wake_json, home_channel_id ON accounts\n",
+    ROSTER_TESTS, backend="postgres",
+    why="a renamed agent keeps its old handle in the consumer's copy: a mention of the new one is lost")
+add("rostercopy.cached_channels_read_again", "src/tidings/store/delivery.py",
+    "    cached = roster.cached(wanted) if roster is not None else set()\n",
+    "    cached: set[str] = set()\n",
+    t(ROSTER_TESTS, "test_an_unchanged_roster_is_served_from_the_copy"), backend="both",
+    why="the copy is never used: every batch reads its rosters again")
+add("rostercopy.stale_channels_not_read_again", "src/tidings/store/delivery.py",
+    '+ CHANNELS_AGENTS_SELECT.replace("{IN}", "{CACHED}") + f" AND {_EPOCH_MOVED}"',
+    '+ CHANNELS_AGENTS_SELECT.replace("{IN}", "{CACHED}") + " AND 1 = 0"',
+    ROSTER_TESTS, backend="both",
+    why="at a new epoch the channels the copy held are not read again: their fan-out finds no agent")

@@ -56,6 +56,7 @@ TARGETS = {
     "recovery_msgs_per_s": 20_000,
     "recovery_memory_growth": 1.5,  # peak at the largest backlog / at the smallest ("flat")
     "stuck_ms_per_later_frame": 1.0,
+    "fanout_vs_sqlite": 0.8,  # PostgreSQL msgs/s into the largest fan-out ÷ SQLite's, same run
 }
 
 
@@ -69,6 +70,9 @@ class Sizes:
     latency_agents: int = 10
     fanout_agents: tuple[int, ...] = (10, 50)
     fanout_messages: int = 2_000
+    # Also run the largest fan-out (and its 0-agent baseline) with this many posters,
+    # like concurrent HTTP requests; 1 poster measures the post call's commit as much.
+    fanout_posters: int = 4
     recovery_sizes: tuple[int, ...] = (10_000, 100_000)
     scan_batch: int = 1_000
     stuck: int = 20
@@ -324,20 +328,29 @@ def _fanout(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> d
     out: dict[str, Any] = {}
     for backend in run.backends:
         entry: dict[str, Any] = {}
-        for agents in (0, *s.fanout_agents):
-            url = dbs.fresh(backend, f"fanout{agents}")
-            entry[str(agents)] = bench_delivery.run_fanout(
-                url, agents=agents, messages=s.fanout_messages, reporter=reporter, label=backend
+        runs = [(agents, 1) for agents in (0, *s.fanout_agents)]
+        if s.fanout_posters > 1:
+            runs += [(0, s.fanout_posters), (max(s.fanout_agents), s.fanout_posters)]
+        for agents, posters in runs:
+            key = fanout_key(agents, posters)
+            url = dbs.fresh(backend, f"fanout{agents}x{posters}")
+            entry[key] = bench_delivery.run_fanout(
+                url, agents=agents, messages=s.fanout_messages, reporter=reporter, label=backend, posters=posters
             )
             dbs.drop(url)
-            r = entry[str(agents)]
+            r = entry[key]
             reporter.note(
-                f"fan-out [{backend}] {agents} agents: {r['messages_per_s']:,.0f} msgs/s, "
+                f"fan-out [{backend}] {agents} agents, {posters} poster(s): {r['messages_per_s']:,.0f} msgs/s, "
                 f"{r['dispatches_per_s']:,.0f} dispatches/s, {r['round_trips_per_message']:.2f} round trips/msg, "
                 f"complete {r['complete']}"
             )
         out[backend] = entry
     return out
+
+
+def fanout_key(agents: int, posters: int) -> str:
+    """The results key of a fan-out run: "50" (one poster, as before), "50x4" (4 posters)."""
+    return str(agents) if posters == 1 else f"{agents}x{posters}"
 
 
 def _recovery(run: Run, dbs: benchlib.Databases, reporter: benchlib.Reporter) -> dict[str, Any]:
@@ -531,16 +544,24 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         fan = results.get("fanout", {}).get(backend)
         if not fan:
             continue
-        base = fan.get("0", {}).get("messages_per_s")
-        for agents, r in fan.items():
-            if agents == "0":
+        lite = results.get("fanout", {}).get("sqlite", {}) if backend == "postgresql" else {}
+        for key, r in fan.items():
+            agents, posters = r["agents"], r.get("posters", 1)
+            if agents == 0:
                 continue
-            add("3 fan-out", f"msgs/s into {agents} queues", backend, r["messages_per_s"], "0 agents (post+consume)",
+            who = f"{agents} queues" + (f", {posters} posters" if posters > 1 else "")
+            base = fan.get(fanout_key(0, posters), {}).get("messages_per_s")
+            add("3 fan-out", f"msgs/s into {who}", backend, r["messages_per_s"], "0 agents (post+consume)",
                 base, f"×{_ratio(r['messages_per_s'], base)}", "", None)
-            add("3 fan-out", f"dispatches/s, {agents} agents", backend, r["dispatches_per_s"], "", None, "", "", None)
+            add("3 fan-out", f"dispatches/s, {who}", backend, r["dispatches_per_s"], "", None, "", "", None)
             if "round_trips_per_message" in r:
-                add("3 fan-out", f"round trips/message, {agents} agents", backend, r["round_trips_per_message"],
+                add("3 fan-out", f"round trips/message, {who}", backend, r["round_trips_per_message"],
                     "statements/message", r["statements_per_message"], digits=2)
+            theirs = lite.get(key, {}).get("messages_per_s")
+            if theirs:
+                share = r["messages_per_s"] / theirs
+                add("3 fan-out", f"÷ SQLite, msgs/s into {who}", backend, round(share, 2), "SQLite msgs/s", theirs,
+                    "", f"≥ {T.get('fanout_vs_sqlite', 0.8):g}", share >= T.get("fanout_vs_sqlite", 0.8), digits=2)
     for backend in ("sqlite", "postgresql"):
         rec = results.get("recovery", {}).get(backend)
         if not rec:

@@ -129,6 +129,10 @@ class World:
         who = Principal("admin", self.rt.system_account_id, kind="system")
         channels_hub.update_members(self.store, who, channel_id, {"add": list(accounts)})
 
+    def remove(self, channel_id: str, *accounts: str) -> None:
+        who = Principal("admin", self.rt.system_account_id, kind="system")
+        channels_hub.update_members(self.store, who, channel_id, {"remove": list(accounts)})
+
     def post(self, author: str, channel_id: str, text: str, **kw: Any) -> str:
         row, _ = self.rt.posting.post(author_id=author, channel_id=channel_id, text=text, **kw)
         return row["id"]
@@ -258,6 +262,8 @@ def _truncate_all(url: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         names = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename NOT IN ('schema_migrations', 'roster_epoch')"
         ).fetchall()]
         conn.execute("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " CASCADE")
+        conn.execute("UPDATE roster_epoch SET epoch = 0")  # its one row stays

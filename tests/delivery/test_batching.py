@@ -160,7 +160,7 @@ def test_an_example_batch_with_every_path_in_it(world):
     calls = []
     original = delivery_store.messages_with_agents
     delivery_store.messages_with_agents = (
-        lambda tx, ids, channels=None: calls.append(list(ids)) or original(tx, ids, channels)
+        lambda tx, ids, channels=None, roster=None: calls.append(list(ids)) or original(tx, ids, channels, roster)
     )
     try:
         world.pump()

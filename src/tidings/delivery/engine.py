@@ -74,6 +74,8 @@ COUNTERS = (
     "answer_wakes",
     "answers_recovered",
     "answers_acked",
+    "rosters_cached",
+    "rosters_read",
 )
 
 STATES = ("working", "ready", "stopped")

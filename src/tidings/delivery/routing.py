@@ -33,6 +33,7 @@ from ..faults import Faults
 from ..hub.channels import public_message
 from ..hub.events import MessagePosted
 from ..store import delivery as delivery_store
+from ..store.roster import RosterCache
 from ..store.sweep import ChannelAgent
 from .link import Link
 from .mentions import mention_handles, resolve_mentioned
@@ -93,6 +94,8 @@ class Router:
         self.held_ids = held_ids
         self.unit = unit
         self.options = options
+        #: The rosters of channels fanned out to, kept while the roster epoch holds (D108).
+        self.roster = RosterCache() if options.roster_cache else None
         #: Cluster: session id -> the owed message ids its sweep steered (shared with the
         #: sweeper, which fills it).
         self.owed_steered = owed_steered
@@ -213,8 +216,13 @@ class Router:
         try:
             if self.faults.fire(BATCH_READ_FAULT):
                 raise RuntimeError("fault: delivery.batch_read_error")
+            roster = self.roster
+            before = (roster.hits, roster.misses) if roster is not None else (0, 0)
             with self.link.db.autocommit_read() as tx:
-                rows, members = delivery_store.messages_with_agents(tx, message_ids, channel_ids)
+                rows, members = delivery_store.messages_with_agents(tx, message_ids, channel_ids, roster)
+            if roster is not None and channel_ids is not None:
+                self.counters.incr("rosters_cached", roster.hits - before[0])
+                self.counters.incr("rosters_read", roster.misses - before[1])
         except Exception as exc:  # noqa: BLE001 - each message is read alone instead
             self.link.failed("batched read failed; reading each message alone", exc,
                              level="warning", messages=len(message_ids))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..store.roster import ROSTER_EPOCH_TABLE
 from ..store.search import INDEX_COLUMNS, is_index_table
 from .harness import is_postgres, sqlite_path
 
@@ -96,8 +97,9 @@ class _Source:
             rows = self.conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
             ).fetchall()
-        # the search index is derived from message text, not content (D58)
-        return [r[0] for r in rows if not is_index_table(r[0])]
+        # the search index is derived from message text, not content (D58); the roster
+        # epoch is a version number the triggers move (D108)
+        return [r[0] for r in rows if not is_index_table(r[0]) and r[0] != ROSTER_EPOCH_TABLE]
 
     def columns(self, table: str) -> tuple[list[str], list[str]]:
         """(columns in schema order, primary-key columns in key order)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from .engine import Tx
 from .messages import MESSAGE_COLUMNS, row_to_message
+from .roster import NO_EPOCH, RosterCache
 from .sql import PerDialect, Stmt, in_list, list_param
 from .sweep import CHANNELS_AGENTS_SELECT, ChannelAgent, channel_agent, channels_agents
 
@@ -54,23 +55,34 @@ MESSAGES_BY_IDS = PerDialect(
 
 
 # The live path's batch in ONE statement when the channels are known up front (a posted
-# event names its channel): the rows (part 0) and the agent members of those channels
-# (part 1, by channel then account id), as a UNION ALL of the two plain reads, each
-# planned on its own (no join, no aggregate; see ``messages_with_agents``).
+# event names its channel): the rows (part 0), the agent members of those channels (part
+# 1, by channel then account id) and the roster epoch (part 2), as a UNION ALL of plain
+# reads, each planned on its own (no join, no aggregate; see ``messages_with_agents``).
+# Part 1 reads the channels in ``uncached``, and those in ``cached`` only when the epoch is
+# not the one bound (the consumer's copy is stale): that test names no row, so both
+# databases evaluate it once, and at the bound epoch the cached channels' join never runs.
 _MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
 _MESSAGE_NAMES = tuple(c.strip()[2:] for c in MESSAGE_COLUMNS.split(","))
+_NULL_MESSAGE = ", ".join(["NULL"] * _MESSAGE_WIDTH)
+_EPOCH_MOVED = "COALESCE((SELECT epoch FROM roster_epoch WHERE id = 1), -1) <> :epoch"
 _MESSAGES_AND_AGENTS = (
     f"SELECT 0 AS part, {MESSAGE_COLUMNS}, NULL, NULL, NULL, NULL, NULL FROM messages m WHERE m.id {{IDS}} "
-    f"UNION ALL SELECT 1, {', '.join(['NULL'] * _MESSAGE_WIDTH)}, agents.* FROM ("
-    + CHANNELS_AGENTS_SELECT.replace("{IN}", "{CHANNEL_IDS}")
-    + ") agents ORDER BY 1, " + f"{_MESSAGE_WIDTH + 2}, {_MESSAGE_WIDTH + 3}"
+    f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
+    + CHANNELS_AGENTS_SELECT.replace("{IN}", "{UNCACHED}")
+    + ") agents "
+    f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
+    + CHANNELS_AGENTS_SELECT.replace("{IN}", "{CACHED}") + f" AND {_EPOCH_MOVED}"
+    + ") agents "
+    f"UNION ALL SELECT 2, {_NULL_MESSAGE}, CAST(epoch AS TEXT), NULL, NULL, NULL, NULL "
+    "FROM roster_epoch WHERE id = 1 "
+    "ORDER BY 1, " + f"{_MESSAGE_WIDTH + 2}, {_MESSAGE_WIDTH + 3}"
 )
 MESSAGES_AND_AGENTS = PerDialect(
     name="messages_and_agents",
     **{
-        dialect: _MESSAGES_AND_AGENTS.replace("{IDS}", in_list("ids", "text")[dialect]).replace(
-            "{CHANNEL_IDS}", in_list("channel_ids", "text")[dialect]
-        )
+        dialect: _MESSAGES_AND_AGENTS.replace("{IDS}", in_list("ids", "text")[dialect])
+        .replace("{UNCACHED}", in_list("uncached", "text")[dialect])
+        .replace("{CACHED}", in_list("cached", "text")[dialect])
         for dialect in ("sqlite", "postgresql")
     },
 )
@@ -85,16 +97,18 @@ def messages_by_ids(tx: Tx, message_ids: list[str]) -> dict[str, dict[str, Any]]
 
 
 def messages_with_agents(
-    tx: Tx, message_ids: list[str], channel_ids: list[str] | None = None
+    tx: Tx, message_ids: list[str], channel_ids: list[str] | None = None, roster: RosterCache | None = None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[ChannelAgent]]]:
     """``messages_by_ids`` and the ``channels_agents`` of every channel those rows are in
     (two statements: run them in one ``read()`` for one snapshot on SQLite).
 
     With ``channel_ids`` (the channels the messages were posted in, known from their
     events): ONE statement, ``MESSAGES_AND_AGENTS``, and the agents of exactly those
-    channels (a row in a channel not listed reads its agents alone, as before).
+    channels (a row in a channel not listed reads its agents alone, as before). With
+    ``roster`` too, the agents of a channel it holds at the epoch this statement reads
+    come from it, and the statement returns only the others (``roster.RosterCache``).
 
-    Two plain statements, not one: a single statement joining both (a CTE with a JSON
+    Plain statements, not a join: a single statement joining both (a CTE with a JSON
     aggregate, or a correlated subquery) costs PostgreSQL more planning time per call than
     the round trip it saves (measured: ~350 us and ~220 us against ~135 us for both).
     """
@@ -102,15 +116,25 @@ def messages_with_agents(
         rows = messages_by_ids(tx, message_ids)
         return rows, channels_agents(tx, sorted({r["channel_id"] for r in rows.values()}))
     wanted = sorted(set(channel_ids))
+    cached = roster.cached(wanted) if roster is not None else set()
+    uncached = set(wanted) - cached
+    bound = roster.bound_epoch() if roster is not None else NO_EPOCH
     rows = {}
-    members: dict[str, list[ChannelAgent]] = {cid: [] for cid in wanted}
-    for r in tx.all(MESSAGES_AND_AGENTS, {"ids": list_param(tx, message_ids), "channel_ids": list_param(tx, wanted)}):
+    fetched: dict[str, list[ChannelAgent]] = {cid: [] for cid in wanted}
+    read_epoch = None
+    params = {"ids": list_param(tx, message_ids), "uncached": list_param(tx, sorted(uncached)),
+              "cached": list_param(tx, sorted(cached)), "epoch": bound}
+    for r in tx.all(MESSAGES_AND_AGENTS, params):
         if r[0] == 0:
             row = row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
             rows[row["id"]] = row
+        elif r[0] == 1:
+            fetched[r[_MESSAGE_WIDTH + 1]].append(channel_agent(r[_MESSAGE_WIDTH + 2:]))
         else:
-            members[r[_MESSAGE_WIDTH + 1]].append(channel_agent(r[_MESSAGE_WIDTH + 2:]))
-    return rows, members
+            read_epoch = int(r[_MESSAGE_WIDTH + 1])
+    if roster is None:
+        return rows, fetched
+    return rows, roster.settle(read_epoch, fetched, uncached)
 
 
 def channel_page_for(tx: Tx, agent_id: str, channel_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:

@@ -1,0 +1,141 @@
+"""The consumer's copy of channel rosters and the roster epoch that guards it (D108).
+
+The consumer keeps the agents of a channel between batches and serves them only to a
+batched read that saw the same ``roster_epoch``; triggers move the epoch with every write
+to a roster input. These tests change each input between two posts and check that the
+second post's fan-out sees the change, on both backends.
+"""
+
+from __future__ import annotations
+
+import pytest
+from delivery_world import World
+
+from tidings.errors import Conflict
+
+
+def _epoch(world: World) -> int:
+    with world.store.read() as tx:
+        return int(tx.raw("SELECT epoch FROM roster_epoch WHERE id = 1").fetchone()[0])
+
+
+def _set(world: World, table: str, column: str, value: object, where: str, key: str) -> None:
+    """A direct write (no API changes these columns); DBAPI placeholders per dialect."""
+    mark = "%s" if world.store.dialect == "postgresql" else "?"
+    with world.store.write() as tx:
+        tx.raw(f"UPDATE {table} SET {column} = {mark} WHERE {where} = {mark}", (value, key))
+
+
+def _two_agents(world: World) -> tuple[str, str, str, str]:
+    hu = world.human("hu")
+    aa, bb = world.agent("aa", owner=hu), world.agent("bb", owner=hu)
+    ch = world.channel("room", hu, members=(aa, bb), subscribe=(aa,))
+    world.connect(aa)
+    world.connect(bb)
+    world.pump()
+    return hu, ch, aa, bb
+
+
+def test_an_unchanged_roster_is_served_from_the_copy(world):
+    hu, ch, aa, bb = _two_agents(world)
+    m1 = world.post(hu, ch, "one")
+    world.pump()
+    read_after_first = world.counters()["rosters_read"]
+    m2 = world.post(hu, ch, "two")
+    world.pump()
+    m3 = world.post(hu, ch, "three")
+    world.pump()
+    assert world.got(aa) == [("deliver", m1), ("deliver", m2), ("deliver", m3)]
+    assert world.got(bb) == []
+    assert world.counters()["rosters_cached"] == 2
+    assert world.counters()["rosters_read"] == read_after_first
+
+
+def test_each_membership_change_reaches_the_next_fan_out(world):
+    hu, ch, aa, bb = _two_agents(world)
+    m1 = world.post(hu, ch, "before")
+    world.pump()
+    world.subscribe(ch, bb)  # bb joins the sweep set
+    m2 = world.post(hu, ch, "after subscribe")
+    world.pump()
+    world.unsubscribe(ch, aa)  # aa leaves it
+    m3 = world.post(hu, ch, "after unsubscribe")
+    world.pump()
+    world.remove(ch, bb)  # bb is no member any more
+    m4 = world.post(hu, ch, "@bb after remove")
+    world.pump()
+    assert world.got(aa) == [("deliver", m1), ("deliver", m2)]
+    assert world.got(bb) == [("deliver", m2), ("deliver", m3)]
+    assert m4 and world.owed() == []  # a removed agent is not mentioned into the channel
+
+
+def test_a_mention_resolves_a_handle_changed_since_the_last_batch(world):
+    hu, ch, aa, bb = _two_agents(world)
+    m1 = world.post(hu, ch, "warm the copy")
+    world.pump()
+    _set(world, "accounts", "handle", "bee", "id", bb)
+    m2 = world.post(hu, ch, "@bee look")
+    world.pump()
+    assert world.got(bb) == [("steer", m2)]
+    assert world.got(aa) == [("deliver", m1), ("deliver", m2)]
+
+
+def test_a_mandatory_channel_delivers_to_every_member_from_the_next_batch(world):
+    hu, ch, aa, bb = _two_agents(world)
+    m1 = world.post(hu, ch, "one")
+    world.pump()
+    _set(world, "channels", "mandatory_subscription", True, "id", ch)
+    m2 = world.post(hu, ch, "two")
+    world.pump()
+    assert world.got(bb) == [("deliver", m2)]
+    assert world.got(aa) == [("deliver", m1), ("deliver", m2)]
+
+
+@pytest.mark.parametrize("write", ["add", "subscribe", "unsubscribe", "remove", "home", "handle", "wake",
+                                   "mandatory"])
+def test_every_roster_input_moves_the_epoch(world, write):
+    hu, ch, aa, bb = _two_agents(world)
+    cc = world.agent("cc", owner=hu)
+    before = _epoch(world)
+    if write == "add":
+        world.add(ch, cc)
+    elif write == "subscribe":
+        world.subscribe(ch, bb)
+    elif write == "unsubscribe":
+        world.unsubscribe(ch, aa)
+    elif write == "remove":
+        world.remove(ch, bb)
+    else:
+        column, value, table, row = {
+            "home": ("home_channel_id", ch, "accounts", aa),
+            "handle": ("handle", "renamed", "accounts", aa),
+            "wake": ("wake_json", '{"kind": "none"}', "accounts", aa),
+            "mandatory": ("mandatory_subscription", True, "channels", ch),
+        }[write]
+        _set(world, table, column, value, "id", row)
+    assert _epoch(world) > before
+
+
+def test_posts_and_rolled_back_roster_writes_leave_the_epoch_alone(world):
+    hu, ch, aa, bb = _two_agents(world)
+    before = _epoch(world)
+    world.post(hu, ch, "a post updates channels.last_seq, not a roster column")
+    world.pump()
+    mark = "%s" if world.store.dialect == "postgresql" else "?"
+    with pytest.raises(Conflict), world.store.write() as tx:
+        tx.raw(f"UPDATE channel_members SET subscribed = {mark} WHERE channel_id = {mark}", (True, ch))
+        raise Conflict("roll it back")
+    assert _epoch(world) == before
+
+
+def test_without_the_copy_every_batch_reads_its_rosters(runtime):
+    world = World(runtime, roster_cache=False)
+    try:
+        hu, ch, aa, bb = _two_agents(world)
+        for text in ("one", "two", "three"):
+            world.post(hu, ch, text)
+            world.pump()
+        assert world.counters()["rosters_cached"] == 0
+        assert len(world.got(aa)) == 3
+    finally:
+        world.close()
