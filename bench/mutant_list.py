@@ -1110,8 +1110,8 @@ add("rostercopy.handle_not_a_roster_input", "src/tidings/store/migrations/postgr
     ROSTER_TESTS, backend="postgres",
     why="a renamed agent keeps its old handle in the consumer's copy: a mention of the new one is lost")
 add("rostercopy.cached_channels_read_again", "src/tidings/store/delivery.py",
-    "    cached = roster.cached(wanted) if roster is not None else set()\n",
-    "    cached: set[str] = set()\n",
+    "        cached = roster.cached(wanted)\n",
+    "        cached: set[str] = set()\n",
     t(ROSTER_TESTS, "test_an_unchanged_roster_is_served_from_the_copy"), backend="both",
     why="the copy is never used: every batch reads its rosters again")
 add("rostercopy.stale_channels_not_read_again", "src/tidings/store/delivery.py",

@@ -198,7 +198,7 @@ class Consumer:
         # The parts, each handed what it uses.
         self.router = Router(link=self.link, counters=counters, faults=faults, live=self.live, held=self.held,
                              held_ids=self.held_ids, unit=self._unit, options=options,
-                             owed_steered=self._owed_steered)
+                             owed_steered=self._owed_steered, dialect=store.dialect)
         self.pins = Pins(link=self.link, counters=counters, faults=faults, live=self.live)
         self.answers = Answers(link=self.link, counters=counters, clock=clock, wakers=wakers, live=self.live)
         self.sweeper = Sweeper(link=self.link, counters=counters, live=self.live, options=options, pins=self.pins,

@@ -85,6 +85,7 @@ class Router:
         unit: Unit,
         options: ConsumerOptions,
         owed_steered: dict[str, set[str]],
+        dialect: str,
     ) -> None:
         self.link = link
         self.counters = counters
@@ -95,7 +96,8 @@ class Router:
         self.unit = unit
         self.options = options
         #: The rosters of channels fanned out to, kept while the roster epoch holds (D108).
-        self.roster = RosterCache() if options.roster_cache else None
+        keep = options.roster_cache if options.roster_cache is not None else dialect == "postgresql"
+        self.roster = RosterCache() if keep else None
         #: Cluster: session id -> the owed message ids its sweep steered (shared with the
         #: sweeper, which fills it).
         self.owed_steered = owed_steered

@@ -11,7 +11,7 @@ from typing import Any
 
 from .engine import Tx
 from .messages import MESSAGE_COLUMNS, row_to_message
-from .roster import NO_EPOCH, RosterCache
+from .roster import RosterCache
 from .sql import PerDialect, Stmt, in_list, list_param
 from .sweep import CHANNELS_AGENTS_SELECT, ChannelAgent, channel_agent, channels_agents
 
@@ -55,36 +55,54 @@ MESSAGES_BY_IDS = PerDialect(
 
 
 # The live path's batch in ONE statement when the channels are known up front (a posted
-# event names its channel): the rows (part 0), the agent members of those channels (part
-# 1, by channel then account id) and the roster epoch (part 2), as a UNION ALL of plain
-# reads, each planned on its own (no join, no aggregate; see ``messages_with_agents``).
-# Part 1 reads the channels in ``uncached``, and those in ``cached`` only when the epoch is
-# not the one bound (the consumer's copy is stale): that test names no row, so both
-# databases evaluate it once, and at the bound epoch the cached channels' join never runs.
+# event names its channel): the rows (part 0) and the agent members of those channels
+# (part 1, by channel then account id), as a UNION ALL of the two plain reads, each
+# planned on its own (no join, no aggregate; see ``messages_with_agents``).
 _MESSAGE_WIDTH = len(MESSAGE_COLUMNS.split(","))
 _MESSAGE_NAMES = tuple(c.strip()[2:] for c in MESSAGE_COLUMNS.split(","))
 _NULL_MESSAGE = ", ".join(["NULL"] * _MESSAGE_WIDTH)
-_EPOCH_MOVED = "COALESCE((SELECT epoch FROM roster_epoch WHERE id = 1), -1) <> :epoch"
-_MESSAGES_AND_AGENTS = (
+_MESSAGES_PART = (
     f"SELECT 0 AS part, {MESSAGE_COLUMNS}, NULL, NULL, NULL, NULL, NULL FROM messages m WHERE m.id {{IDS}} "
-    f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
+)
+_ORDER = "ORDER BY 1, " + f"{_MESSAGE_WIDTH + 2}, {_MESSAGE_WIDTH + 3}"
+_MESSAGES_AND_AGENTS = (
+    _MESSAGES_PART
+    + f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
+    + CHANNELS_AGENTS_SELECT.replace("{IN}", "{CHANNEL_IDS}")
+    + ") agents " + _ORDER
+)
+# The same with a roster copy (``roster.RosterCache``, D108): part 1 reads the channels in
+# ``uncached``, and those in ``cached`` only when the epoch is not the one bound (the copy
+# is stale); part 2 is the epoch. The epoch test names no row, so both databases evaluate
+# it once, and at the bound epoch the cached channels' join never runs.
+_EPOCH_MOVED = "COALESCE((SELECT epoch FROM roster_epoch WHERE id = 1), -1) <> :epoch"
+_MESSAGES_AND_UNHELD_AGENTS = (
+    _MESSAGES_PART
+    + f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
     + CHANNELS_AGENTS_SELECT.replace("{IN}", "{UNCACHED}")
     + ") agents "
     f"UNION ALL SELECT 1, {_NULL_MESSAGE}, agents.* FROM ("
     + CHANNELS_AGENTS_SELECT.replace("{IN}", "{CACHED}") + f" AND {_EPOCH_MOVED}"
     + ") agents "
     f"UNION ALL SELECT 2, {_NULL_MESSAGE}, CAST(epoch AS TEXT), NULL, NULL, NULL, NULL "
-    "FROM roster_epoch WHERE id = 1 "
-    "ORDER BY 1, " + f"{_MESSAGE_WIDTH + 2}, {_MESSAGE_WIDTH + 3}"
+    "FROM roster_epoch WHERE id = 1 " + _ORDER
 )
+
+
+def _fill(template: str, dialect: str) -> str:
+    for key, param in (("{IDS}", "ids"), ("{CHANNEL_IDS}", "channel_ids"), ("{UNCACHED}", "uncached"),
+                       ("{CACHED}", "cached")):
+        template = template.replace(key, in_list(param, "text")[dialect])
+    return template
+
+
 MESSAGES_AND_AGENTS = PerDialect(
     name="messages_and_agents",
-    **{
-        dialect: _MESSAGES_AND_AGENTS.replace("{IDS}", in_list("ids", "text")[dialect])
-        .replace("{UNCACHED}", in_list("uncached", "text")[dialect])
-        .replace("{CACHED}", in_list("cached", "text")[dialect])
-        for dialect in ("sqlite", "postgresql")
-    },
+    **{dialect: _fill(_MESSAGES_AND_AGENTS, dialect) for dialect in ("sqlite", "postgresql")},
+)
+MESSAGES_AND_UNHELD_AGENTS = PerDialect(
+    name="messages_and_unheld_agents",
+    **{dialect: _fill(_MESSAGES_AND_UNHELD_AGENTS, dialect) for dialect in ("sqlite", "postgresql")},
 )
 
 
@@ -116,15 +134,19 @@ def messages_with_agents(
         rows = messages_by_ids(tx, message_ids)
         return rows, channels_agents(tx, sorted({r["channel_id"] for r in rows.values()}))
     wanted = sorted(set(channel_ids))
-    cached = roster.cached(wanted) if roster is not None else set()
-    uncached = set(wanted) - cached
-    bound = roster.bound_epoch() if roster is not None else NO_EPOCH
     rows = {}
     fetched: dict[str, list[ChannelAgent]] = {cid: [] for cid in wanted}
+    if roster is None:
+        statement, params = MESSAGES_AND_AGENTS, {"channel_ids": list_param(tx, wanted)}
+    else:
+        cached = roster.cached(wanted)
+        uncached = set(wanted) - cached
+        statement = MESSAGES_AND_UNHELD_AGENTS
+        params = {"uncached": list_param(tx, sorted(uncached)), "cached": list_param(tx, sorted(cached)),
+                  "epoch": roster.bound_epoch()}
+    params["ids"] = list_param(tx, message_ids)
     read_epoch = None
-    params = {"ids": list_param(tx, message_ids), "uncached": list_param(tx, sorted(uncached)),
-              "cached": list_param(tx, sorted(cached)), "epoch": bound}
-    for r in tx.all(MESSAGES_AND_AGENTS, params):
+    for r in tx.all(statement, params):
         if r[0] == 0:
             row = row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
             rows[row["id"]] = row
