@@ -152,3 +152,25 @@ def test_without_the_copy_every_batch_reads_its_rosters(runtime, setting):
         assert len(world.got(aa)) == 3
     finally:
         world.close()
+
+
+def test_a_roster_change_made_by_another_process_reaches_the_next_fan_out(world, backend_url, clock):
+    """Another hub process (its own store and pool) changes a subscription: the epoch is a
+    row of the shared database, so this process's copy is read again."""
+    from tidings.hub import channels as channels_hub
+    from tidings.hub.tokens import Principal
+    from tidings.runtime import Runtime
+
+    hu, ch, aa, bb = _two_agents(world)
+    m1 = world.post(hu, ch, "one")
+    world.pump()
+    other = Runtime(backend_url, clock=clock, admin_token="tdg_test_other")
+    try:
+        admin = Principal("admin", other.system_account_id, kind="system")
+        channels_hub.update_members(other.store, admin, ch, {"subscribe": [bb], "unsubscribe": [aa]})
+    finally:
+        other.stop()
+    m2 = world.post(hu, ch, "two")
+    world.pump()
+    assert world.got(aa) == [("deliver", m1)]
+    assert world.got(bb) == [("deliver", m2)]
