@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from helpers import truncate_pg
 from tidings.clock import FakeClock
 from tidings.faults import Faults
 from tidings.store.engine import Store
@@ -56,29 +57,13 @@ def pg_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
-def _pg_truncate_all(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                "AND tablename NOT IN ('schema_migrations', 'roster_epoch')"
-            ).fetchall()
-        ]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
-        conn.execute("UPDATE roster_epoch SET epoch = 0")  # its one row stays (migration 0014)
-
-
 @pytest.fixture(params=BACKENDS)
 def backend_url(request, tmp_path) -> str:
     """A database URL for an empty, migrated store: a SQLite file or a PostgreSQL database."""
     if request.param == "sqlite":
         return str(tmp_path / "tidings.db")
     url = request.getfixturevalue("pg_database")
-    _pg_truncate_all(url)
+    truncate_pg(url)
     return url
 
 

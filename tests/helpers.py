@@ -27,3 +27,19 @@ def post_text(http, token: str, channel_id: str, text: str) -> dict:
     r = http.post(f"/api/v1/channels/{channel_id}/messages", json={"text": text}, headers=auth(token))
     assert r.status_code == 201, r.text
     return r.json()["message"]
+
+
+def truncate_pg(url: str) -> None:
+    """Empty a migrated PostgreSQL test database, as a fresh one would be: every table but
+    the migration record truncated (sequences restarted), and the roster epoch's one row
+    (migration 0014) kept and set back to 0."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename NOT IN ('schema_migrations', 'roster_epoch')"
+        ).fetchall()]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
+        conn.execute("UPDATE roster_epoch SET epoch = 0")

@@ -7,8 +7,14 @@ from delivery_world import World
 
 
 @pytest.fixture
-def world(runtime):
-    w = World(runtime)
+def world_options() -> dict:
+    """Delivery options for ``world``; a test module overrides this fixture to set some."""
+    return {}
+
+
+@pytest.fixture
+def world(runtime, world_options):
+    w = World(runtime, **world_options)
     try:
         yield w
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from helpers import truncate_pg
 from tidings.delivery.engine import Delivery
 from tidings.delivery.sessions import Dispatch, Session, SessionEnd
 from tidings.hub import accounts as accounts_hub
@@ -249,21 +250,8 @@ def fresh_database_urls(backend_url: str, tmp_path: Any, prefix: str):
 
     def fresh() -> str:
         if backend_url.startswith("postgresql"):
-            _truncate_all(backend_url)
+            truncate_pg(backend_url)
             return backend_url
         return str(tmp_path / f"{prefix}-{next(counter)}.db")
 
     return fresh
-
-
-def _truncate_all(url: str) -> None:
-    """Empty every table of a PostgreSQL database but the migration record."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        names = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-            "AND tablename NOT IN ('schema_migrations', 'roster_epoch')"
-        ).fetchall()]
-        conn.execute("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " CASCADE")
-        conn.execute("UPDATE roster_epoch SET epoch = 0")  # its one row stays

@@ -16,12 +16,8 @@ from tidings.errors import Conflict
 
 
 @pytest.fixture
-def world(runtime):
-    w = World(runtime, roster_cache=True)
-    try:
-        yield w
-    finally:
-        w.close()
+def world_options() -> dict:
+    return {"roster_cache": True}
 
 
 def _epoch(world: World) -> int:

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
+from helpers import truncate_pg
 from tidings.clock import FakeClock
 from tidings.errors import TidingsError
 from tidings.ingest.engine import Ingest
@@ -120,19 +121,6 @@ def _pg(sql: str) -> None:
         admin.execute(sql)
 
 
-def _truncate(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-            "AND tablename NOT IN ('schema_migrations', 'roster_epoch')"
-        ).fetchall()]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
-        conn.execute("UPDATE roster_epoch SET epoch = 0")  # its one row stays
-
-
 @pytest.fixture
 def other_url(backend_url, tmp_path):
     """Where the batched run writes: a new SQLite file per call, or a second PostgreSQL
@@ -147,7 +135,7 @@ def other_url(backend_url, tmp_path):
     Store(url).dispose()  # migrated once
 
     def fresh() -> str:
-        _truncate(url)
+        truncate_pg(url)
         return url
 
     try:

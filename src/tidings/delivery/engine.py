@@ -74,8 +74,6 @@ COUNTERS = (
     "answer_wakes",
     "answers_recovered",
     "answers_acked",
-    "rosters_cached",
-    "rosters_read",
 )
 
 STATES = ("working", "ready", "stopped")
@@ -196,6 +194,9 @@ class Delivery:
         out["live_sessions"] = self.registry.count()
         out["held_now"] = len(self.consumer.held_ids)
         out["processed_bus_seq"] = self.consumer.processed_seq
+        roster = self.consumer.router.roster  # its totals, as counters (D108)
+        out["rosters_cached"] = roster.hits if roster is not None else 0
+        out["rosters_read"] = roster.misses if roster is not None else 0
         return out
 
     # -- the transport's calls -------------------------------------------------------------

@@ -218,13 +218,8 @@ class Router:
         try:
             if self.faults.fire(BATCH_READ_FAULT):
                 raise RuntimeError("fault: delivery.batch_read_error")
-            roster = self.roster
-            before = (roster.hits, roster.misses) if roster is not None else (0, 0)
             with self.link.db.autocommit_read() as tx:
-                rows, members = delivery_store.messages_with_agents(tx, message_ids, channel_ids, roster)
-            if roster is not None and channel_ids is not None:
-                self.counters.incr("rosters_cached", roster.hits - before[0])
-                self.counters.incr("rosters_read", roster.misses - before[1])
+                rows, members = delivery_store.messages_with_agents(tx, message_ids, channel_ids, self.roster)
         except Exception as exc:  # noqa: BLE001 - each message is read alone instead
             self.link.failed("batched read failed; reading each message alone", exc,
                              level="warning", messages=len(message_ids))

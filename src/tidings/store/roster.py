@@ -34,6 +34,7 @@ class RosterCache:
 
     epoch: int | None = None
     rosters: dict[str, list[ChannelAgent]] = field(default_factory=dict)
+    #: Rosters served from here, and rosters read again (the delivery status reports both).
     hits: int = 0
     misses: int = 0
 
@@ -59,14 +60,9 @@ class RosterCache:
             if read_epoch is not None:
                 self.rosters.update(fetched)
             return fetched
-        out: dict[str, list[ChannelAgent]] = {}
-        for cid, roster in fetched.items():
-            if cid in uncached:
-                out[cid] = roster
-                self.misses += 1
-            else:
-                out[cid] = self.rosters[cid]
-                self.hits += 1
+        out = {cid: roster if cid in uncached else self.rosters[cid] for cid, roster in fetched.items()}
+        self.misses += len(uncached)
+        self.hits += len(fetched) - len(uncached)
         if len(self.rosters) + len(uncached) > MAX_CACHED_CHANNELS:
             self.rosters.clear()
         self.rosters.update((cid, out[cid]) for cid in uncached)
