@@ -1104,11 +1104,25 @@ add("rostercopy.member_trigger_dropped", "src/tidings/store/migrations/sqlite/00
     "",
     ROSTER_TESTS,
     why="a subscription change leaves the epoch alone, so the consumer's copy misses it")
-add("rostercopy.handle_not_a_roster_input", "src/tidings/store/migrations/postgresql/0014_roster_epoch.sql",
+add("rostercopy.handle_not_a_roster_input", "src/tidings/store/migrations/postgresql/0015_roster_epoch_at_commit.sql",
     "    AFTER UPDATE OF kind, handle, wake_json, home_channel_id ON accounts\n",
     "    AFTER UPDATE OF kind, wake_json, home_channel_id ON accounts\n",
     ROSTER_TESTS, backend="postgres",
     why="a renamed agent keeps its old handle in the consumer's copy: a mention of the new one is lost")
+add("rostercopy.epoch_locked_at_the_write", "src/tidings/store/migrations/postgresql/0015_roster_epoch_at_commit.sql",
+    "    AFTER INSERT OR DELETE OR UPDATE OF channel_id, account_id, subscribed ON channel_members\n"
+    "    DEFERRABLE INITIALLY DEFERRED\n",
+    "    AFTER INSERT OR DELETE OR UPDATE OF channel_id, account_id, subscribed ON channel_members\n"
+    "    DEFERRABLE INITIALLY IMMEDIATE\n",
+    t(ROSTER_TESTS, "test_an_open_roster_write_holds_up_no_other_roster_write"), backend="postgres",
+    why="the epoch row is locked from a membership write until its commit: an open transaction holds up "
+        "every other roster write on the database")
+add("rostercopy.bumped_per_row", "src/tidings/store/migrations/postgresql/0015_roster_epoch_at_commit.sql",
+    "     WHERE id = 1 AND bumped_by IS DISTINCT FROM pg_current_xact_id();\n",
+    "     WHERE id = 1;\n",
+    t(ROSTER_TESTS, "test_an_open_roster_write_holds_up_no_other_roster_write"), backend="postgres",
+    why="a transaction moves the epoch once per changed row, not once: the row is updated again and again "
+        "at every commit that changed many memberships")
 add("rostercopy.cached_channels_read_again", "src/tidings/store/delivery.py",
     "        cached = roster.cached(wanted)\n",
     "        cached: set[str] = set()\n",

@@ -170,3 +170,24 @@ def test_a_roster_change_made_by_another_process_reaches_the_next_fan_out(world,
     world.pump()
     assert world.got(aa) == [("deliver", m1)]
     assert world.got(bb) == [("deliver", m2)]
+
+
+@pytest.mark.postgres_only
+def test_an_open_roster_write_holds_up_no_other_roster_write(world, backend_url):
+    """The epoch row is locked only at commit (a deferred trigger): a transaction that
+    changed a roster and is still open does not make another roster write wait for it,
+    and each committed transaction moves the epoch once, whatever its row count."""
+    import psycopg
+
+    hu, ch, aa, bb = _two_agents(world)
+    other = world.channel("other", hu, members=(aa, bb))
+    before = _epoch(world)
+    with psycopg.connect(backend_url) as held, psycopg.connect(backend_url) as second:
+        held.execute("UPDATE channel_members SET subscribed = true WHERE channel_id = %s", (ch,))
+        held.execute("UPDATE channel_members SET subscribed = false WHERE channel_id = %s", (ch,))
+        second.execute("SET lock_timeout = '5s'")
+        second.execute("UPDATE channel_members SET subscribed = true WHERE channel_id = %s", (other,))
+        second.commit()  # without the deferred bump: LockNotAvailable after 5 s
+        assert _epoch(world) == before + 1
+        held.commit()
+    assert _epoch(world) == before + 2
