@@ -15,6 +15,7 @@ from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.events import MessagePosted
 from tidings.hub.tokens import Principal
+from tidings.store import messages as messages_store
 from tidings.store import nodes as nodes_store
 
 pytestmark = pytest.mark.postgres_only
@@ -63,7 +64,8 @@ def test_a_one_statement_post_sends_the_posted_notification_it_would_send_from_a
     row, inserted = runtime.posting.post(author_id=owner.id, channel_id=ch["id"], text="hello")
     after = runtime.store.meter.snapshot()
     assert inserted
-    assert {k: after[k] - before[k] for k in after} == {"statements": 2, "round_trips": 2, "commits": 1}
+    # the post's checks, channel_seq, insert and notification: one statement (D110)
+    assert {k: after[k] - before[k] for k in after} == {"statements": 1, "round_trips": 1, "commits": 1}
     assert node.in_tx == []  # not sent a second time from a transaction
     expected = events.decode(events.encode_posted(
         node.node_id, MessagePosted(row["id"], ch["id"], owner.id, row["channel_seq"], row["seq"])))
@@ -82,4 +84,15 @@ def test_a_post_that_needs_a_transaction_still_notifies_from_it(world):
     runtime, owner, ch, node, listener = world
     row, inserted = runtime.posting.post(author_id=owner.id, channel_id=ch["id"], text="x", topic="a new topic")
     assert inserted and [e.message_id for e in node.in_tx] == [row["id"]]
+    assert [n["m"] for n in _received(listener)] == [row["id"]]
+
+
+def test_a_post_its_checking_statement_did_not_take_still_notifies_from_the_insert(world, monkeypatch):
+    """D110's fallback: when the checking statement takes nothing (as when a membership
+    changed under it) and the reads admit the post, the insert that follows is the one
+    statement that commits it, and it carries the notification."""
+    runtime, owner, ch, node, listener = world
+    monkeypatch.setattr(messages_store, "insert_if_admitted", lambda tx, **kwargs: None)
+    row, inserted = runtime.posting.post(author_id=owner.id, channel_id=ch["id"], text="second try")
+    assert inserted and node.in_tx == []
     assert [n["m"] for n in _received(listener)] == [row["id"]]

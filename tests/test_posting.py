@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from tidings.errors import BadRequest, Forbidden, NotFound
 from tidings.hub import accounts as accounts_hub
 from tidings.hub import channels as channels_hub
 from tidings.hub.tokens import Principal
@@ -121,3 +124,97 @@ def test_a_post_that_loses_the_client_request_race_returns_the_stored_message_an
         seqs = [r[0] for r in tx.raw("SELECT channel_seq FROM messages ORDER BY channel_seq").fetchall()]
         last = tx.raw("SELECT last_seq FROM channels").fetchone()[0]
     assert seqs == [1, 2] and last == 2  # the loser's channel_seq was rolled back
+
+
+def _last_seq(runtime, channel_id):
+    with runtime.store.read() as tx:
+        mark = "%s" if runtime.store.dialect == "postgresql" else "?"
+        return tx.raw(f"SELECT last_seq FROM channels WHERE id = {mark}", (channel_id,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("case", ["stranger", "owner_only", "retry", "crid_elsewhere", "new_topic", "unknown"])
+def test_a_post_its_one_statement_does_not_admit_gets_the_answer_of_its_reads(runtime, case):
+    """PostgreSQL's one-statement post (D110) writes nothing when any check fails, and the
+    post's reads decide: a refusal, the stored message of a retry, or the transaction a
+    new topic needs. The channel's seq moves only for a stored message (both backends)."""
+    people, channel_id = _world(runtime, n_people=2)
+    owner, member = people
+    stranger = accounts_hub.create_account(runtime.store, kind="human", handle="stranger")
+    other = channels_hub.create_channel(
+        runtime.store, Principal(scope="account", account_id=owner.id, kind="human"), name="other", members=[member.id])
+    first, _ = runtime.posting.post(author_id=member.id, channel_id=channel_id, text="one", client_request_id="c1")
+    before = _last_seq(runtime, channel_id)
+    post = runtime.posting.post
+    if case == "stranger":
+        with pytest.raises(NotFound):
+            post(author_id=stranger.id, channel_id=channel_id, text="let me in")
+    elif case == "owner_only":
+        with runtime.store.write() as tx:
+            mark = "%s" if runtime.store.dialect == "postgresql" else "?"
+            tx.raw(f"UPDATE channels SET post_policy = 'owner_only' WHERE id = {mark}", (channel_id,))
+        with pytest.raises(Forbidden):
+            post(author_id=member.id, channel_id=channel_id, text="not mine to say")
+        row, inserted = post(author_id=owner.id, channel_id=channel_id, text="the owner may")
+        assert inserted and row["channel_seq"] == before + 1
+        return
+    elif case == "retry":
+        row, inserted = post(author_id=member.id, channel_id=channel_id, text="one", client_request_id="c1")
+        assert not inserted and row["id"] == first["id"]
+    elif case == "crid_elsewhere":
+        with pytest.raises(BadRequest):
+            post(author_id=member.id, channel_id=other["id"], text="one", client_request_id="c1")
+        assert _last_seq(runtime, other["id"]) == 0
+    elif case == "new_topic":
+        row, inserted = post(author_id=member.id, channel_id=channel_id, text="two", topic="Elsewhere")
+        assert inserted and row["channel_seq"] == before + 1 and row["topic_id"] != first["topic_id"]
+        again, _ = post(author_id=member.id, channel_id=channel_id, text="three", topic="elsewhere")
+        assert again["topic_id"] == row["topic_id"] and again["channel_seq"] == before + 2  # folded name
+        return
+    else:
+        with pytest.raises(NotFound):
+            post(author_id=member.id, channel_id="ch_nope", text="where")
+    assert _last_seq(runtime, channel_id) == before
+
+
+@pytest.mark.postgres_only
+def test_a_one_statement_post_that_meets_a_concurrent_use_of_its_request_id_returns_the_stored_row(
+    runtime, backend_url
+):
+    """The race inside D110's one statement: its check saw the client request id unused,
+    but another transaction inserts it first. The statement waits on that insert, fails
+    whole when it commits (nothing bumped), and the post returns the stored message."""
+    import psycopg
+
+    from tidings.ids import new_id
+
+    people, channel_id = _world(runtime, n_people=2)
+    author = people[1].id
+    runtime.posting.post(author_id=author, channel_id=channel_id, text="makes the topic")
+    with runtime.store.read() as tx:
+        topic_id = tx.raw("SELECT topic_id FROM messages").fetchone()[0]
+    before = _last_seq(runtime, channel_id)
+    winner = psycopg.connect(backend_url)
+    rival_id = new_id("msg")
+    winner.execute(
+        "INSERT INTO messages (id, channel_id, channel_seq, topic_id, author_account_id, at_unix_ms, blocks, "
+        "text, client_request_id) VALUES (%s, %s, 1000, %s, %s, 1, '[]', 'won', 'same')",
+        (rival_id, channel_id, topic_id, author),
+    )
+    result: dict = {}
+    poster = threading.Thread(target=lambda: result.update(r=runtime.posting.post(
+        author_id=author, channel_id=channel_id, text="lost", client_request_id="same")))
+    poster.start()
+    with psycopg.connect(backend_url, autocommit=True) as watch:
+        for _ in range(10_000):  # until the post's statement waits on the winner's row
+            waiting = watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()[0]
+            if waiting:
+                break
+            watch.execute("SELECT pg_sleep(0.001)")
+    winner.commit()
+    winner.close()
+    poster.join(30)
+    row, inserted = result["r"]
+    assert not inserted and row["id"] == rival_id
+    assert _last_seq(runtime, channel_id) == before

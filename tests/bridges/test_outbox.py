@@ -175,3 +175,15 @@ def test_mom_is_not_the_sender_of_our_posts(scene):
     with world.store.read() as tx:
         raw = tx.raw("SELECT raw FROM identities").fetchall()
     assert (MOM[0],) in raw or (MOM[1],) in raw
+
+
+def test_a_linked_post_its_checking_statement_did_not_take_still_queues_its_send(scene, monkeypatch):
+    """D110's fallback: a channel linked after the one-statement post's check (it took
+    nothing) goes to the transaction that also writes the outbox row, never to the insert
+    that commits alone."""
+    from tidings.store import messages as messages_store
+
+    world, alice, _, ch, bridge, _ = scene
+    monkeypatch.setattr(messages_store, "insert_if_admitted", lambda tx, **kwargs: None)
+    mid = world.post(alice, ch, "on my way")
+    assert [i["message_id"] for i in pull(world, bridge["id"])] == [mid]

@@ -136,18 +136,36 @@ class Posting:
         self, author_id: str, channel_id: str, blocks: list, text: str, topic: str, crid: str, is_admin: bool,
         occurred_at_ms: int | None = None,
     ) -> tuple[dict[str, Any], bool] | None:
-        """PostgreSQL, the common case: the reads, then ONE statement that takes the
-        channel_seq, inserts and commits by itself (autocommit), so the channel row lock is
-        held for the server's work and the commit, never across a client turn; two round
-        trips, no BEGIN or COMMIT. Its one write is atomic on its own, so nothing is lost
-        against the transaction: the reads are checks that a transaction under READ
-        COMMITTED also reads in a statement of their own. None when the post needs more
-        than that statement (a topic to create, a linked channel's outbox row): the caller
-        then runs ``_post_in`` in a transaction. A cluster node's posted notification is
-        sent by that same statement (``notify_in_statement``), so it still goes out at the
-        commit that stored the message, and only then."""
+        """PostgreSQL, the common case: ONE statement that makes the post's checks, takes
+        the channel_seq, inserts and commits by itself (autocommit, D110), so the channel row
+        lock is held for the server's work and the commit, never across a client turn: one
+        round trip, no BEGIN or COMMIT. When its checks do not all pass it writes nothing,
+        and the post's reads (``_admit``) say why: a refusal, a retry's stored message, or
+        a post that needs more than one statement (a topic to create, a linked channel's
+        outbox row). Then either the insert alone follows, or None: the caller runs
+        ``_post_in`` in a transaction. Its one write is atomic on its own, so nothing is lost
+        against the transaction: the checks read what a transaction under READ COMMITTED
+        reads in a statement of its own. A cluster node's posted notification is sent by that
+        same statement (``notify_in_statement``), so it still goes out at the commit that
+        stored the message, and only then."""
+        notify = None
+        if self.notify_in_statement is not None:
+            notify = self.notify_in_statement()  # None: this notification is dropped (a fault)
         conn = self.store.dedicated()
         try:
+            message_id = new_id("msg")
+            now = self.store.now_ms()
+            with conn.autocommit_write() as wtx:
+                taken = messages_store.insert_if_admitted(
+                    wtx, id=message_id, channel_id=channel_id, topic=topic, author=author_id, now=now,
+                    blocks=blocks, text=text, client_request_id=crid, occurred_at_ms=occurred_at_ms, notify=notify,
+                )
+                if isinstance(taken, tuple):
+                    seq, channel_seq, topic_id = taken
+                    return self._stored(wtx, message_id, channel_id, topic_id, author_id, blocks, text, crid,
+                                        occurred_at_ms, now, seq, channel_seq, linked=False, alone=True), True
+            if taken == messages_store.LINKED:
+                return None
             with conn.autocommit_read() as rtx:
                 ctx = self._admit(rtx, author_id, channel_id, topic, crid, is_admin)
             if isinstance(ctx, dict):
@@ -156,7 +174,7 @@ class Posting:
                 return None
             with conn.autocommit_write() as wtx:
                 return self._insert(wtx, ctx.channel, ctx.topic_id, author_id, channel_id, blocks, text, crid,
-                                    occurred_at_ms, self.store.now_ms(), alone=True)
+                                    occurred_at_ms, self.store.now_ms(), alone=True, notify=notify)
         finally:
             conn.close()
 
@@ -202,13 +220,12 @@ class Posting:
     def _insert(
         self, tx: Tx, channel: dict[str, Any], topic_id: str, author_id: str, channel_id: str, blocks: list,
         text: str, crid: str, occurred_at_ms: int | None, now: int, *, alone: bool = False,
+        notify: dict[str, str] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Insert the admitted post, queue its outbox row (linked channel), its cluster
-        notification and its publish (after the commit)."""
+        notification and its publish (after the commit). ``alone``: ``tx`` is autocommit and
+        ``notify`` the cluster notification its one statement sends."""
         message_id = new_id("msg")
-        notify = None
-        if alone and self.notify_in_statement is not None:
-            notify = self.notify_in_statement()  # None: this notification is dropped (a fault)
         taken = messages_store.insert_next_message(
             tx,
             id=message_id,
@@ -221,19 +238,30 @@ class Posting:
             client_request_id=crid,
             occurred_at_ms=occurred_at_ms,
             alone=alone,
-            notify=notify,
+            notify=notify if alone else None,
         )
         if taken is None:  # a concurrent post with the same client_request_id won
             raise _Duplicate()
         seq, channel_seq = taken
+        row = self._stored(tx, message_id, channel_id, topic_id, author_id, blocks, text, crid, occurred_at_ms, now,
+                           seq, channel_seq, linked=bool(channel["linked"]), alone=alone)
+        return row, True
+
+    def _stored(
+        self, tx: Tx, message_id: str, channel_id: str, topic_id: str, author_id: str, blocks: list, text: str,
+        crid: str, occurred_at_ms: int | None, now: int, seq: int, channel_seq: int, *, linked: bool, alone: bool,
+    ) -> dict[str, Any]:
+        """What follows a stored post in its transaction: the outbox row (linked channel),
+        the cluster notification (not ``alone``: its statement sent it), the kill point and
+        the publish after the commit; returns the message row."""
         tx.after_commit(lambda: outbox.kill_point(self.faults, outbox.KILL_AFTER_POST_COMMIT))
-        if channel["linked"]:
+        if linked:
             outbox.queue_post(tx, message_id=message_id, channel_id=channel_id, author_id=author_id, text=text, now=now)
         event = MessagePosted(message_id, channel_id, author_id, channel_seq, seq)
         if self.notify_in_tx is not None and not alone:  # cluster hook: other nodes learn of it at this commit
             self.notify_in_tx(tx, event)
         tx.after_commit(lambda: self._publish(event))
-        row = {
+        return {
             "id": message_id,
             "seq": seq,
             "channel_id": channel_id,
@@ -249,7 +277,6 @@ class Posting:
             "mentions_routed_at": None,
             "occurred_at_ms": occurred_at_ms,
         }
-        return row, True
 
     def _publish(self, event: Any) -> None:
         if self.faults.fire("bus.drop_publish"):

@@ -81,6 +81,52 @@ INSERT_NEXT_MESSAGE_ALONE_NOTIFY = PerDialect(
     ),
 )
 IDEMPOTENCY_INDEX = "messages_idem_idx"
+# PostgreSQL, a post's common case in ONE statement that commits alone (D110): the checks
+# ``hub.posting`` makes from ``POST_CONTEXT`` are the condition of the channel_seq bump
+# and the insert. ``admitted`` has the topic's id when the channel exists, the author is a
+# member, the channel is not linked (a linked post also writes its outbox row, in a
+# transaction), its post policy lets the author post, the topic exists and the author's
+# client request id (if any) is unused. When it is empty, nothing is bumped or inserted:
+# the statement returns a row of NULLs if the channel is linked and no row otherwise, and
+# the caller runs the post's reads to learn why. Every sub-statement sees one snapshot;
+# the bump waits for a concurrent post's lock and takes the seq after it, as ``next`` does.
+_ADMITTED = (
+    "admitted AS (SELECT t.id AS topic_id FROM channels c "
+    "JOIN topics t ON t.channel_id = c.id AND t.name_folded = :name_folded "
+    "WHERE c.id = :channel_id "
+    "AND EXISTS (SELECT 1 FROM channel_members cm WHERE cm.channel_id = c.id AND cm.account_id = :author) "
+    "AND NOT EXISTS (SELECT 1 FROM bridge_links l WHERE l.channel_id = c.id) "
+    "AND (c.post_policy <> 'owner_only' OR c.owner_account_id = :author) "
+    "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.author_account_id = :author "
+    "AND m.client_request_id = :client_request_id AND m.client_request_id <> '')), "
+    "next AS (UPDATE channels SET last_seq = last_seq + 1 "
+    "WHERE id = :channel_id AND EXISTS (SELECT 1 FROM admitted) RETURNING last_seq), "
+    "inserted AS (" + _INSERT_MESSAGE_COLUMNS
+    + "SELECT :id, :channel_id, next.last_seq, admitted.topic_id, :author, :now, :blocks, :text, "
+    ":client_request_id, :occurred_at_ms FROM next CROSS JOIN admitted RETURNING seq, channel_seq, topic_id)"
+)
+_LINKED_MARK = (
+    " UNION ALL SELECT NULL, NULL, NULL WHERE EXISTS (SELECT 1 FROM bridge_links l WHERE l.channel_id = :channel_id)"
+)
+INSERT_IF_ADMITTED = PerDialect(
+    name="insert_if_admitted",
+    sqlite="SELECT NULL",
+    postgresql="WITH " + _ADMITTED + " SELECT seq, channel_seq, topic_id FROM inserted" + _LINKED_MARK,
+)
+# The same for a cluster node, with the "posted" notification of ``INSERT_NEXT_MESSAGE_ALONE_NOTIFY``.
+INSERT_IF_ADMITTED_NOTIFY = PerDialect(
+    name="insert_if_admitted_notify",
+    sqlite="SELECT NULL",
+    postgresql=(
+        "WITH " + _ADMITTED + ", "
+        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), json_build_object("
+        "'k', CAST(:notify_kind AS text), 'n', CAST(:notify_node AS text), 'm', CAST(:id AS text), "
+        "'c', CAST(:channel_id AS text), 'a', CAST(:author AS text), 'cs', inserted.channel_seq, "
+        "'s', inserted.seq)::text) AS sent FROM inserted) "
+        "SELECT inserted.seq, inserted.channel_seq, inserted.topic_id FROM inserted CROSS JOIN notified"
+        + _LINKED_MARK
+    ),
+)
 # Everything a post reads before it writes, in one statement (one round trip with the
 # transaction's BEGIN on PostgreSQL): the channel, whether a bridge conversation is linked
 # to it (an unlinked channel's post costs no outbox statement), whether the author is a
@@ -189,6 +235,58 @@ def insert_next_message(
     channel_seq = next_channel_seq(tx, channel_id)
     seq = tx.scalar(INSERT_MESSAGE, {**params, "channel_seq": channel_seq})
     return None if seq is None else (int(seq), channel_seq)
+
+
+#: ``insert_if_admitted``'s answer for a linked channel: its post needs a transaction.
+LINKED = "linked"
+
+
+def insert_if_admitted(
+    tx: Tx,
+    *,
+    id: str,
+    channel_id: str,
+    topic: str,
+    author: str,
+    now: int,
+    blocks: list[dict[str, Any]],
+    text: str,
+    client_request_id: str,
+    occurred_at_ms: int | None = None,
+    notify: dict[str, str] | None = None,
+) -> tuple[int, int, str] | str | None:
+    """PostgreSQL, ``tx`` in autocommit: the post's checks, its channel_seq and its insert in
+    one statement that commits alone (``INSERT_IF_ADMITTED``). (seq, channel_seq, topic id)
+    when it was admitted and stored; ``LINKED`` when the channel is linked; None when
+    anything else kept it out (not admitted, or a concurrent post took its client request
+    id): nothing was written, and the caller's reads say what to do."""
+    params: dict[str, Any] = {
+        "id": id,
+        "channel_id": channel_id,
+        "name_folded": topic.casefold(),
+        "author": author,
+        "now": now,
+        "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
+        "text": text,
+        "client_request_id": client_request_id,
+        "occurred_at_ms": occurred_at_ms,
+    }
+    try:
+        if notify is not None:
+            row = tx.one(INSERT_IF_ADMITTED_NOTIFY, {**params, **notify})
+        else:
+            row = tx.one(INSERT_IF_ADMITTED, params)
+    except Exception as exc:
+        if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
+            IDEMPOTENCY_INDEX
+        ):
+            return None
+        raise
+    if row is None:
+        return None
+    if row[0] is None:
+        return LINKED
+    return int(row[0]), int(row[1]), str(row[2])
 
 
 @dataclass(frozen=True, slots=True)
