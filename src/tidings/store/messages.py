@@ -64,6 +64,12 @@ INSERT_NEXT_MESSAGE_ALONE = PerDialect(
 # (``cluster.events``: a JSON object, kind ``k``, node ``n``, message ``m``, channel ``c``,
 # author ``a``, ``cs`` and ``s`` the seqs this insert took), so it is sent at the commit of
 # the very statement that stored the message, and never without it.
+_NOTIFIED = (
+    "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), json_build_object("
+    "'k', CAST(:notify_kind AS text), 'n', CAST(:notify_node AS text), 'm', CAST(:id AS text), "
+    "'c', CAST(:channel_id AS text), 'a', CAST(:author AS text), 'cs', inserted.channel_seq, "
+    "'s', inserted.seq)::text) AS sent FROM inserted) "
+)
 INSERT_NEXT_MESSAGE_ALONE_NOTIFY = PerDialect(
     name="insert_next_message_alone_notify",
     sqlite="SELECT NULL",
@@ -73,11 +79,8 @@ INSERT_NEXT_MESSAGE_ALONE_NOTIFY = PerDialect(
         + _INSERT_MESSAGE_COLUMNS
         + _NEXT_MESSAGE_VALUES
         + "RETURNING seq, channel_seq), "
-        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), json_build_object("
-        "'k', CAST(:notify_kind AS text), 'n', CAST(:notify_node AS text), 'm', CAST(:id AS text), "
-        "'c', CAST(:channel_id AS text), 'a', CAST(:author AS text), 'cs', inserted.channel_seq, "
-        "'s', inserted.seq)::text) AS sent FROM inserted) "
-        "SELECT inserted.seq, inserted.channel_seq FROM inserted CROSS JOIN notified"
+        + _NOTIFIED
+        + "SELECT inserted.seq, inserted.channel_seq FROM inserted CROSS JOIN notified"
     ),
 )
 IDEMPOTENCY_INDEX = "messages_idem_idx"
@@ -119,11 +122,8 @@ INSERT_IF_ADMITTED_NOTIFY = PerDialect(
     sqlite="SELECT NULL",
     postgresql=(
         "WITH " + _ADMITTED + ", "
-        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), json_build_object("
-        "'k', CAST(:notify_kind AS text), 'n', CAST(:notify_node AS text), 'm', CAST(:id AS text), "
-        "'c', CAST(:channel_id AS text), 'a', CAST(:author AS text), 'cs', inserted.channel_seq, "
-        "'s', inserted.seq)::text) AS sent FROM inserted) "
-        "SELECT inserted.seq, inserted.channel_seq, inserted.topic_id FROM inserted CROSS JOIN notified"
+        + _NOTIFIED
+        + "SELECT inserted.seq, inserted.channel_seq, inserted.topic_id FROM inserted CROSS JOIN notified"
         + _LINKED_MARK
     ),
 )
@@ -179,6 +179,38 @@ def row_to_message(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _message_params(id: str, channel_id: str, author: str, now: int, blocks: list[dict[str, Any]], text: str,
+                    client_request_id: str, occurred_at_ms: int | None) -> dict[str, Any]:
+    """The bound values every message insert takes (the topic is the caller's)."""
+    return {
+        "id": id,
+        "channel_id": channel_id,
+        "author": author,
+        "now": now,
+        "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
+        "text": text,
+        "client_request_id": client_request_id,
+        "occurred_at_ms": occurred_at_ms,
+    }
+
+
+def _one_alone(tx: Tx, plain: PerDialect, notifying: PerDialect, params: dict[str, Any],
+               notify: dict[str, str] | None) -> Any:
+    """Run a post statement that commits alone (``notifying`` when ``notify`` is given);
+    its row, or None when the author's client request id was used: the unique violation
+    of ``IDEMPOTENCY_INDEX`` failed it whole, so nothing it took was committed."""
+    try:
+        if notify is not None:
+            return tx.one(notifying, {**params, **notify})
+        return tx.one(plain, params)
+    except Exception as exc:
+        if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
+            IDEMPOTENCY_INDEX
+        ):
+            return None
+        raise
+
+
 def insert_next_message(
     tx: Tx,
     *,
@@ -204,31 +236,12 @@ def insert_next_message(
     fails the statement whole (None, nothing committed). ``notify`` (with ``alone``: the
     cluster's ``notify_channel``, ``notify_kind`` and ``notify_node``): the same statement
     also sends the cluster's posted notification at its commit."""
-    params: dict[str, Any] = {
-        "id": id,
-        "channel_id": channel_id,
-        "topic_id": topic_id,
-        "author": author,
-        "now": now,
-        "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
-        "text": text,
-        "client_request_id": client_request_id,
-        "occurred_at_ms": occurred_at_ms,
-    }
+    params = _message_params(id, channel_id, author, now, blocks, text, client_request_id, occurred_at_ms)
+    params["topic_id"] = topic_id
     search_index.queued(tx)  # SQLite: wake the search index's pass once this commits
     if tx.dialect == "postgresql":
         if alone:
-            try:
-                if notify is not None:
-                    row = tx.one(INSERT_NEXT_MESSAGE_ALONE_NOTIFY, {**params, **notify})
-                else:
-                    row = tx.one(INSERT_NEXT_MESSAGE_ALONE, params)
-            except Exception as exc:
-                if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
-                    IDEMPOTENCY_INDEX
-                ):
-                    return None
-                raise
+            row = _one_alone(tx, INSERT_NEXT_MESSAGE_ALONE, INSERT_NEXT_MESSAGE_ALONE_NOTIFY, params, notify)
         else:
             row = tx.one(INSERT_NEXT_MESSAGE, params)
         return None if row is None else (int(row[0]), int(row[1]))
@@ -260,28 +273,9 @@ def insert_if_admitted(
     when it was admitted and stored; ``LINKED`` when the channel is linked; None when
     anything else kept it out (not admitted, or a concurrent post took its client request
     id): nothing was written, and the caller's reads say what to do."""
-    params: dict[str, Any] = {
-        "id": id,
-        "channel_id": channel_id,
-        "name_folded": topic.casefold(),
-        "author": author,
-        "now": now,
-        "blocks": json.dumps(blocks, separators=(",", ":"), ensure_ascii=False),
-        "text": text,
-        "client_request_id": client_request_id,
-        "occurred_at_ms": occurred_at_ms,
-    }
-    try:
-        if notify is not None:
-            row = tx.one(INSERT_IF_ADMITTED_NOTIFY, {**params, **notify})
-        else:
-            row = tx.one(INSERT_IF_ADMITTED, params)
-    except Exception as exc:
-        if is_integrity_error(exc) and getattr(getattr(exc, "diag", None), "constraint_name", None) == (
-            IDEMPOTENCY_INDEX
-        ):
-            return None
-        raise
+    params = _message_params(id, channel_id, author, now, blocks, text, client_request_id, occurred_at_ms)
+    params["name_folded"] = topic.casefold()
+    row = _one_alone(tx, INSERT_IF_ADMITTED, INSERT_IF_ADMITTED_NOTIFY, params, notify)
     if row is None:
         return None
     if row[0] is None:
