@@ -28,11 +28,13 @@ from benchlib import (
     PROJECTED_TABLES,
     Databases,
     Reporter,
+    cpu_split,
     floor,
     inbox_outcomes,
     latency_ms,
     ratio,
     raw_connect,
+    server_cpu_s,
     table_counts,
 )
 from tidings.store.search import INDEX_COLUMNS
@@ -127,10 +129,6 @@ def _throughput(frames: int, wall: float, commits: int) -> dict[str, Any]:
             "commits": commits, "commits_per_frame": round(commits / frames, 4)}
 
 
-def _client_cpu(cpu: float, wall: float, frames: int) -> dict[str, Any]:
-    """The bench process's CPU over a run, per frame and as a share of the wall time: on
-    PostgreSQL the rest of a frame is waiting for the server (D101)."""
-    return {"client_cpu_ms_per_frame": round(cpu * 1000 / frames, 3), "client_cpu_share": round(cpu / wall, 3)}
 
 
 def _outcomes(url: str) -> dict[str, Any]:
@@ -164,6 +162,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     with reporter.step(f"ingest: ours on {label}", total) as update:
         if profiler is not None:
             profiler.start()
+        server_before = server_cpu_s(url)
         cpu_started = time.process_time()
         started = perf()
         for index, raw in enumerate(parsed):
@@ -185,6 +184,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
                 update(index)
         wall = perf() - started
         cpu = time.process_time() - cpu_started
+        server_after = server_cpu_s(url)
         if profiler is not None:
             profiler.stop()
         update(total)
@@ -196,7 +196,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     result = {
         **_throughput(total, wall, commits),
         **sent,
-        **_client_cpu(cpu, wall, total),
+        **cpu_split(url, cpu, server_before, server_after, wall, total),
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected,
         **index,
@@ -219,6 +219,8 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
     commits_before = store.commits
     perf = time.perf_counter
     with reporter.step(f"ingest: ours, {batch} frames a request, on {label}", total) as update:
+        server_before = server_cpu_s(url)
+        cpu_started = time.process_time()
         started = perf()
         for first in range(0, total, batch):
             groups: dict[str, list[dict[str, Any]]] = {}
@@ -242,6 +244,8 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
             ingest.worker.drain_if_due()
             update(min(first + batch, total))
         wall = perf() - started
+        cpu = time.process_time() - cpu_started
+        server_after = server_cpu_s(url)
     commits = store.commits - commits_before
     sent = _sent(store, meter_before, total)
     index = _index_catch_up(store, total, wall)
@@ -252,6 +256,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
         "frames_per_request": batch,
         "requests": requests,
         **sent,
+        **cpu_split(url, cpu, server_before, server_after, wall, total),
         "rejected_at_append": rejected,
         **index,
         **_outcomes(url),
@@ -410,12 +415,16 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
     mark = "%s" if postgres else "?"
     sql = {table: f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
            for table, (cols, _data) in rows.items()}
-    per = max(1, -(-len(flat) // frames))  # rows per frame, rounded up
+    # Exactly ``frames`` transactions, the rows dealt out evenly (1 or 2 a frame here). Until
+    # D111 the rows went 2 a frame, so fewer commits than frames, and the floor read high.
+    bounds = [len(flat) * i // frames for i in range(frames + 1)]
     with reporter.step(f"ingest: raw, one commit a frame, on {label}", frames) as update:
+        server_before = server_cpu_s(url)
+        cpu_started = time.process_time()
         started = time.perf_counter()
         commits = 0
-        for first in range(0, len(flat), per):
-            chunk = flat[first:first + per]
+        for i in range(frames):
+            chunk = flat[bounds[i]:bounds[i + 1]]
             if postgres:
                 with conn.transaction():
                     for table, _cols, row in chunk:
@@ -429,6 +438,8 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
             if commits % 256 == 0:
                 update(commits)
         wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+        server_after = server_cpu_s(url)
         update(frames)
     conn.close()
     return {
@@ -438,6 +449,7 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
         "wall_s": round(wall, 4),
         "frames_per_s": round(frames / wall, 1),
         "commits": commits,
+        **cpu_split(url, cpu, server_before, server_after, wall, frames),
     }
 
 

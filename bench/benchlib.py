@@ -210,6 +210,54 @@ def peak_rss_kb() -> int | None:
     return _status_kb("VmHWM")
 
 
+def server_cpu_s(url: str) -> float | None:
+    """CPU seconds (user + system) used so far by every PostgreSQL server process on this
+    machine (backends, WAL writer, checkpointer: all of them, children's waited-for time
+    included), read from ``/proc``; None for SQLite, for a server on another host, or
+    where ``/proc`` cannot be read. The difference over a run is the server's share of the
+    run's work, which the client's own CPU time does not show (D111)."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return None
+    host = url.split("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]", ""):
+        return None
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except (OSError, ValueError):
+        return None
+    total = 0
+    found = False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+                if not fh.read().startswith("postgres"):
+                    continue
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended between the listing and the read
+        # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the name
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        found = True
+    return total / ticks if found else None
+
+
+def cpu_split(url: str, client_s: float, server_before: float | None, server_after: float | None,
+              wall_s: float, frames: int) -> dict[str, Any]:
+    """Where a run's frames spent their time: the client's CPU and (local PostgreSQL) the
+    server's, per frame and as shares of the wall time. One client sending one request
+    after another waits for the server, so the two add up: a frame costs at least
+    client CPU + server CPU + the commit's flush, whatever the round-trip count."""
+    out: dict[str, Any] = {"client_cpu_ms_per_frame": round(client_s * 1000 / frames, 3),
+                           "client_cpu_share": round(client_s / wall_s, 3)}
+    if server_before is not None and server_after is not None:
+        server = max(0.0, server_after - server_before)
+        out["server_cpu_ms_per_frame"] = round(server * 1000 / frames, 3)
+        out["server_cpu_share"] = round(server / wall_s, 3)
+    return out
+
+
 # -- machine --------------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {

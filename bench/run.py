@@ -454,6 +454,30 @@ def _met(ok: bool | None) -> str:
     return "—" if ok is None else ("yes" if ok else "NO")
 
 
+def _cpu_rows(add: Any, backend: str, what: str, run: dict[str, Any], floor_run: dict[str, Any] | None,
+              cores: int | None) -> None:
+    """The server's CPU per frame (a local PostgreSQL), beside the raw floor's, and the
+    client's and server's CPU together beside the wall time a frame took, and the frames/s
+    that CPU allows with every core busy: the ceiling of any number of clients at that CPU a
+    frame (D111)."""
+    server = run.get("server_cpu_ms_per_frame")
+    if server is None:
+        return
+    fps = run["frames_per_s"]
+    wall_ms = round(1000 / fps, 3) if fps else None
+    floor_server = (floor_run or {}).get("server_cpu_ms_per_frame")
+    add("1 ingest", f"server CPU, ms/frame{what}", backend, server,
+        "raw, one commit a frame" if floor_server is not None else "",
+        floor_server, f"×{_ratio(server, floor_server)}" if floor_server else "", digits=3)
+    both = round(run["client_cpu_ms_per_frame"] + server, 3)
+    add("1 ingest", f"client + server CPU, ms/frame{what}", backend, both, "wall ms/frame", wall_ms,
+        f"{both / wall_ms:.0%} of it" if wall_ms else "", digits=3)
+    if both > 0 and cores:
+        # However many clients send at once, at this CPU a frame the cores can do no more.
+        add("1 ingest", f"frames/s with every core busy{what}", backend, round(cores * 1000 / both),
+            f"ours, one client ({cores} cores ÷ that CPU)", fps)
+
+
 def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The table as data (also written to the JSON): one row per figure."""
     rows: list[dict[str, Any]] = []
@@ -503,6 +527,8 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             add("1 ingest", "client CPU, ms/frame", backend, ours["client_cpu_ms_per_frame"],
                 "wall ms/frame", round(1000 / fps, 3) if fps else None,
                 f"{ours['client_cpu_share']:.0%} of it", digits=3)
+        cores = results.get("meta", {}).get("machine", {}).get("cpus")
+        _cpu_rows(add, backend, "", ours, rpf, cores)
         batched = ing.get("ours_batched")
         if batched:
             add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,
@@ -510,6 +536,7 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             if "round_trips_per_frame" in batched:
                 add("1 ingest", f"round trips/frame, {batched['frames_per_request']} a request", backend,
                     batched["round_trips_per_frame"], "statements/frame", batched["statements_per_frame"], digits=2)
+            _cpu_rows(add, backend, f", {batched['frames_per_request']} a request", batched, None, cores)
         conc = ing.get("concurrent")
         if conc:
             g, a = conc["grouped"], conc["alone"]

@@ -66,6 +66,18 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     assert ingest["raw_per_frame"]["commits"] >= 1 and ingest["raw_per_frame"]["rows_inserted"] > 0
     # The client's CPU per frame, beside the wall time: what a frame waits on the server is the rest.
     assert 0 < ingest["ours"]["client_cpu_ms_per_frame"] and 0 < ingest["ours"]["client_cpu_share"] <= 1.5
+    # The raw floor commits once per frame exactly, not once per pair of rows (D111).
+    assert ingest["raw_per_frame"]["commits"] == ingest["raw_per_frame"]["frames"] == ingest["ours"]["frames"]
+    # The server's CPU per frame beside the client's (D111): a local PostgreSQL only.
+    for way in ("ours", "ours_batched", "raw_per_frame"):
+        assert _number(ingest[way]["client_cpu_ms_per_frame"])
+        if backend == "postgresql":
+            assert ingest[way]["server_cpu_ms_per_frame"] > 0 and ingest[way]["server_cpu_share"] > 0
+        else:
+            assert "server_cpu_ms_per_frame" not in ingest[way]
+    metrics = {(row["metric"], row["backend"]) for row in results["table"]}
+    for metric in ("server CPU, ms/frame", "client + server CPU, ms/frame", "frames/s with every core busy"):
+        assert ((metric, backend) in metrics) == (backend == "postgresql")
     # Several clients at once, grouped and not: the same rows, nothing left unprocessed.
     grouped, alone = ingest["concurrent"]["grouped"], ingest["concurrent"]["alone"]
     assert grouped["unprocessed"] == alone["unprocessed"] == 0
