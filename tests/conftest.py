@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,12 @@ from helpers import truncate_pg
 from tidings.clock import FakeClock
 from tidings.faults import Faults
 from tidings.store.engine import Store
+
+# A run launched in the background (a script's ``&``, ``nohup``) inherits SIGINT ignored, and
+# an ignored signal stays ignored in every child: the Ctrl-C tests' processes would never
+# see theirs. Give it back its default handling (D112, tests/test_suite_sigint.py).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 PG_ADMIN_URL = os.environ.get("TIDINGS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", "postgres"]
