@@ -1165,3 +1165,38 @@ add("rostercopy.stale_channels_not_read_again", "src/tidings/store/delivery.py",
     '+ CHANNELS_AGENTS_SELECT.replace("{IN}", "{CACHED}") + " AND 1 = 0"',
     ROSTER_TESTS, backend="both",
     why="at a new epoch the channels the copy held are not read again: their fan-out finds no agent")
+
+# -- a request's rows in one statement (D113, PostgreSQL) -------------------------------------
+REQUEST_ROWS = "tests/ingest/test_request_rows.py"
+REQUEST_ROWS_ONE = t(REQUEST_ROWS, "test_a_request_of_several_frames_answers_and_stores_what_one_row_inserts_do")
+add("requestrows.one_row_inserts_again", ON_APPEND,
+    "        if tx.write_behind and len(frames) > 1:\n",
+    "        if False:\n",
+    REQUEST_ROWS_ONE, backend="postgres",
+    why="a request of several frames inserts a row a frame again: a statement a frame more on the server")
+add("requestrows.keys_of_the_request_not_kept", ON_APPEND,
+    '            cast("dict[str, tuple[Any, ...]]", self._stored)[frame.dedupe_key] = (\n',
+    '            {}[frame.dedupe_key] = (\n',
+    REQUEST_ROWS_ONE, backend="postgres",
+    why="a key repeated inside the request is inserted twice: the request loses its transaction to the "
+        "unique index and is appended again without apply on append")
+add("requestrows.stored_keys_not_read", ON_APPEND,
+    "            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast(str, self._keys))\n",
+    "            self._stored = {}\n",
+    REQUEST_ROWS_ONE, backend="postgres",
+    why="a replay of a stored frame is inserted again: the request loses its transaction to the unique index")
+add("requestrows.cause_dropped", ON_APPEND,
+    '"outcome": outcome, "cause": cause,',
+    '"outcome": outcome, "cause": None,',
+    REQUEST_ROWS_ONE, backend="postgres",
+    why="a quarantined frame's row loses its cause")
+add("requestrows.rows_never_sent", ON_APPEND,
+    "        if self.rows is not None:\n            self.rows.send(tx)\n",
+    "        pass\n",
+    REQUEST_ROWS_ONE, backend="postgres",
+    why="the request's projection commits without its inbox rows: the frames are applied but not stored")
+add("requestrows.full_rows_not_sent", ON_APPEND,
+    "        if rows is not None and rows.full():\n",
+    "        if False:\n",
+    t(REQUEST_ROWS, "test_a_request_whose_rows_outgrow_one_statement_sends_them_in_several"), backend="postgres",
+    why="a request's rows go out as one parameter however large (up to 1,000 frames of 1 MiB)")

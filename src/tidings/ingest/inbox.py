@@ -31,7 +31,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import BadRequest, NotFound, TooLarge
 from ..store import inbox as inbox_store
@@ -233,21 +233,35 @@ def _same_payload(stored: str, new: str) -> bool:
         return False
 
 
+class Inserter(Protocol):
+    """How ``append_frames`` stores a request's frames other than plainly (apply on append:
+    ``ingest.on_append.AppendApplier``): ``begin`` before the first frame, the call for each
+    (False: a duplicate), ``stored`` for a duplicate's stored row, ``finish`` after the last."""
+
+    def begin(self, tx: Tx, frames: list[Any]) -> None: ...
+
+    def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool: ...
+
+    def stored(self, tx: Tx, frame: Any) -> tuple[Any, ...] | None: ...
+
+    def finish(self, tx: Tx) -> None: ...
+
+
 def append_frames(
     tx: Tx,
     bridge_id: str,
     frames: list[Frame],
     now_ms: int,
     new_id: Callable[[int], str] | None = None,
-    insert: Callable[[Tx, str, Frame], bool] | None = None,
+    insert: Inserter | None = None,
     bridge_platform: Callable[[Tx, str], str | None] | None = None,
 ) -> list[AppendResult]:
     """Insert ``frames`` in ``tx``; a repeated non-empty dedupe key returns the stored id.
 
     ``new_id`` mints inbox ids (default ``new_inbox_id``); the replay harness passes a
     deterministic one of the same shape, so two replays of a corpus compare row for row.
-    ``insert(tx, inbox_id, frame) -> inserted`` stores one frame (default: unprocessed);
-    apply on append passes one that stores it applied (``ingest.on_append.AppendApplier``).
+    ``insert`` stores the frames instead of the plain unprocessed insert (``Inserter``):
+    apply on append passes one that stores them applied (``ingest.on_append.AppendApplier``).
     ``bridge_platform(tx, bridge_id)`` says whether the bridge exists (default: read it;
     ``Ingest`` passes the worker's, which remembers the bridges it has seen).
     """
@@ -255,6 +269,8 @@ def append_frames(
         raise NotFound(f"no bridge {bridge_id!r}", code="unknown_bridge")
     mint = new_id or new_inbox_id
     results: list[AppendResult] = []
+    if insert is not None:
+        insert.begin(tx, frames)
     for frame in frames:
         inbox_id = mint(now_ms)
         if insert is not None:
@@ -274,7 +290,10 @@ def append_frames(
         if inserted:
             results.append(AppendResult(inbox_id, False))
             continue
-        row = inbox_store.frame_by_dedupe(tx, bridge_id, frame.dedupe_key)
+        if insert is not None:
+            row = insert.stored(tx, frame)
+        else:
+            row = inbox_store.frame_by_dedupe(tx, bridge_id, frame.dedupe_key)
         if row is None:  # pragma: no cover - the conflict row cannot vanish inside the tx
             raise RuntimeError("dedupe conflict without a stored frame")
         stored_id, codec, version, stored_payload = row
@@ -282,4 +301,6 @@ def append_frames(
             stored_payload, frame.payload
         )
         results.append(AppendResult(stored_id, True, stale))
+    if insert is not None:
+        insert.finish(tx)
     return results

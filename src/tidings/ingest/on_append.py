@@ -18,12 +18,20 @@ D82). Each frame is decoded before its insert, so that the projection's reads ri
 insert too, and the projection's writes go behind (``Tx.later``; D105): a write that fails
 outside its frame's savepoint loses the append transaction (``WriteBehindFailed``), which
 ``Ingest.append`` makes again without apply on append.
+
+A request of several frames on PostgreSQL (``RequestRows``, D113) inserts no row inside a
+frame's savepoint: the frames stored under the request's dedupe keys are read once, in the
+first frame's round trip; a frame's duplicate check is that read and the keys the request
+took before it; and each new frame's row, with its outcome, joins the request's rows, which
+go out in one statement behind, with the ``COMMIT``. What is stored is what the one-row
+inserts store; the frames are applied in the same order, each still in its savepoint.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -70,6 +78,71 @@ def insert_row(tx: Tx, inbox_id: str, row: FrameRow, frame: Any, **outcome: Any)
     )
 
 
+#: A request's rows go out in statements of at most about this many payload bytes (the last
+#: with the ``COMMIT``): a request of 1,000 frames of 1 MiB is not one parameter of 1 GiB.
+ROWS_BYTES = 1 << 20
+
+
+class RequestRows:
+    """The inbox rows of one request of several frames (PostgreSQL apply on append, D113).
+
+    Made before the request's first frame: it announces the read of the frames already
+    stored under the request's dedupe keys (``Tx.read_ahead``), which then rides in the
+    first frame's round trip. ``stored(key)`` is that frame's stored row, or the row this
+    request took the key with; ``add`` keeps a new frame's row with its outcome; ``send``
+    puts the rows kept so far into one insert sent behind (``Tx.later``). ``send`` is called
+    outside any frame's savepoint, so a failure of that insert loses the transaction
+    (``WriteBehindFailed``) rather than one frame.
+    """
+
+    __slots__ = ("bridge_id", "received_at_ms", "_keys", "_stored", "_rows", "_bytes")
+
+    def __init__(self, tx: Tx, bridge_id: str, received_at_ms: int, frames: list[Any]) -> None:
+        self.bridge_id = bridge_id
+        self.received_at_ms = received_at_ms
+        keys = sorted({f.dedupe_key for f in frames if f.dedupe_key})
+        self._keys = json.dumps(keys) if keys else None
+        self._stored: dict[str, tuple[Any, ...]] | None = None if keys else {}
+        if self._keys is not None:
+            inbox_store.read_ahead_stored_by_dedupe_keys(tx, bridge_id, self._keys)
+        self._rows: list[dict[str, Any]] = []
+        self._bytes = 0
+
+    def stored(self, tx: Tx, dedupe_key: str) -> tuple[Any, ...] | None:
+        """(inbox_id, codec, codec_version, payload) stored under ``dedupe_key``, by an
+        earlier request or earlier in this one; None for a new key or ``""``."""
+        if not dedupe_key:
+            return None
+        if self._stored is None:
+            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast(str, self._keys))
+        return self._stored.get(dedupe_key)
+
+    def add(self, tx: Tx, inbox_id: str, frame: Any, processed_at_ms: int | None = None,
+            outcome: str | None = None, cause: str | None = None) -> None:
+        """Keep a new frame's row: unprocessed, or with its outcome."""
+        self._rows.append({
+            "inbox_id": inbox_id, "dedupe_key": frame.dedupe_key, "codec": frame.codec,
+            "codec_version": frame.codec_version, "client_received_at_ms": frame.client_received_at_ms,
+            "payload": frame.payload, "processed_at_ms": processed_at_ms, "outcome": outcome, "cause": cause,
+        })
+        self._bytes += len(frame.payload)
+        if frame.dedupe_key:
+            if self._stored is None:
+                self.stored(tx, frame.dedupe_key)
+            cast("dict[str, tuple[Any, ...]]", self._stored)[frame.dedupe_key] = (
+                inbox_id, frame.codec, frame.codec_version, frame.payload)
+
+    def full(self) -> bool:
+        return self._bytes >= ROWS_BYTES
+
+    def send(self, tx: Tx) -> None:
+        """Send the rows kept so far in one insert behind."""
+        if self._rows:
+            inbox_store.insert_frames_behind(tx, self.bridge_id, self.received_at_ms, json.dumps(self._rows))
+            self._rows = []
+            self._bytes = 0
+
+
 def held_up(tx: Tx, retries: RetrySchedule, clock: Clock, bridge_id: str, received_at_ms: int, inbox_id: str) -> bool:
     """True when a frame of ``bridge_id`` appended as ``(received_at_ms, inbox_id)`` must
     wait for the drain: the bridge has an older unprocessed frame that the worker is not
@@ -91,7 +164,7 @@ def read_ahead_held_up(tx: Tx, retries: RetrySchedule, bridge_id: str, received_
 
 def insert_applied(
     applier: FrameApplier, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int,
-    held_up: Callable[[], bool] | None = None,
+    held_up: Callable[[], bool] | None = None, rows: RequestRows | None = None,
 ) -> Outcome:
     """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
 
@@ -107,17 +180,31 @@ def insert_applied(
     ``held_up`` (PostgreSQL's apply on append): asked right after the insert, inside the
     savepoint; True rolls the savepoint back and stores the row unprocessed (``HELD``).
     So the order check's read rides in the insert's round trip (``AppendApplier``).
+
+    ``rows`` (a request of several frames on PostgreSQL): nothing is inserted here. The
+    duplicate check is ``rows.stored`` (whose read rides with the frame's reads), and the
+    row, with the outcome it would have been written with, joins ``rows`` (D113).
     """
     row: FrameRow = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
     now = applier.clock.now_ms()
     att = Attempt()
+
+    def store(**outcome: Any) -> None:  # the row as the outcome leaves it
+        if rows is None:
+            insert_row(tx, inbox_id, row, frame, **outcome)
+        else:
+            rows.add(tx, inbox_id, frame, **outcome)
+
     try:
         with tx.savepoint():
             try:
                 doc = getattr(frame, "doc", None)
                 # Decoded first, so the projection's reads ride with the insert (D105).
                 decoded = applier.decode_ahead(tx, att, row, doc) if tx.write_behind else None
-                if not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
+                if rows is not None:
+                    if rows.stored(tx, frame.dedupe_key) is not None:
+                        return DUPLICATE
+                elif not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
                     return DUPLICATE
                 if held_up is not None and held_up():
                     raise _HeldUp()
@@ -131,19 +218,19 @@ def insert_applied(
         # have propagated instead): ``tx`` is as it was before this frame.
         error = failed.exc
         if isinstance(error, _HeldUp):
-            insert_row(tx, inbox_id, row, frame)
+            store()
             return HELD
         if is_transient(error):
             log.info(
                 "transient error applying a frame on append; the worker retries it",
                 inbox_id=inbox_id, bridge_id=bridge_id, error=f"{type(error).__name__}: {error}",
             )
-            insert_row(tx, inbox_id, row, frame)
+            store()
             counters = applier.counters.of(bridge_id)
             tx.after_commit(lambda: counters.incr("left_for_worker"))
             return LEFT
         cause = cause_of(error)
-        insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=QUARANTINED, cause=cause)
+        store(processed_at_ms=now, outcome=QUARANTINED, cause=cause)
         codec = att.codec
 
         def quarantined() -> None:
@@ -152,6 +239,8 @@ def insert_applied(
 
         tx.after_commit(quarantined)
         return QUARANTINED
+    if rows is not None:
+        rows.add(tx, inbox_id, frame, processed_at_ms=now, outcome=APPLIED)
 
     def applied() -> None:
         if staged is not None:
@@ -170,10 +259,12 @@ class AppendApplier:
     the bridge has no older unprocessed frame other than those the worker is backing off
     (``held_up``, checked once, before the first); from the first frame left to the drain
     on, the rest are stored unprocessed too, so the drain takes them in receipt order.
-    ``left`` counts the new frames left unprocessed.
+    ``left`` counts the new frames left unprocessed. A request of several frames on
+    PostgreSQL keeps its rows in ``rows`` and inserts them in one statement (``finish``;
+    ``RequestRows``, D113).
     """
 
-    __slots__ = ("applier", "retries", "bridge_id", "received_at_ms", "applying", "left")
+    __slots__ = ("applier", "retries", "bridge_id", "received_at_ms", "applying", "left", "rows")
 
     def __init__(self, applier: FrameApplier, retries: RetrySchedule, bridge_id: str, received_at_ms: int) -> None:
         self.applier = applier
@@ -182,9 +273,31 @@ class AppendApplier:
         self.received_at_ms = received_at_ms
         self.applying: bool | None = None
         self.left = 0
+        self.rows: RequestRows | None = None
+
+    def begin(self, tx: Tx, frames: list[Any]) -> None:
+        """Before the request's first frame: a request of several frames whose writes go
+        behind keeps its rows for one insert."""
+        if tx.write_behind and len(frames) > 1:
+            self.rows = RequestRows(tx, self.bridge_id, self.received_at_ms, frames)
+
+    def stored(self, tx: Tx, frame: Any) -> tuple[Any, ...] | None:
+        """(inbox_id, codec, codec_version, payload) of the frame stored under the key of
+        ``frame``, which this appender just found to be a duplicate."""
+        if self.rows is not None:
+            return self.rows.stored(tx, frame.dedupe_key)
+        return inbox_store.frame_by_dedupe(tx, self.bridge_id, frame.dedupe_key)
+
+    def finish(self, tx: Tx) -> None:
+        """After the request's last frame: its rows go out (behind, with the ``COMMIT``)."""
+        if self.rows is not None:
+            self.rows.send(tx)
 
     def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
         """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
+        rows = self.rows
+        if rows is not None and rows.full():
+            rows.send(tx)  # between two frames: outside either's savepoint
         if self.applying is None and tx.dialect == "postgresql":
             # Speculate: insert it applied, with the order check's read in the same round
             # trip, and take it back if it turns out held up (rare).
@@ -192,7 +305,7 @@ class AppendApplier:
             read_ahead_held_up(tx, retries, bridge_id, received_at_ms, inbox_id)
             outcome = insert_applied(
                 self.applier, tx, inbox_id, bridge_id, frame, received_at_ms,
-                held_up=lambda: held_up(tx, retries, clock, bridge_id, received_at_ms, inbox_id),
+                held_up=lambda: held_up(tx, retries, clock, bridge_id, received_at_ms, inbox_id), rows=rows,
             )
             if outcome == DUPLICATE:
                 return False  # not decided yet: the next new frame asks again
@@ -205,12 +318,19 @@ class AppendApplier:
                 tx, self.retries, self.applier.clock, self.bridge_id, self.received_at_ms, inbox_id
             )
         if self.applying:
-            outcome = insert_applied(self.applier, tx, inbox_id, self.bridge_id, frame, self.received_at_ms)
+            outcome = insert_applied(self.applier, tx, inbox_id, self.bridge_id, frame, self.received_at_ms,
+                                     rows=rows)
             if outcome == DUPLICATE:
                 return False
             if outcome == LEFT:
                 self.applying = False
                 self.left += 1
+            return True
+        if rows is not None:
+            if rows.stored(tx, frame.dedupe_key) is not None:
+                return False
+            rows.add(tx, inbox_id, frame)
+            self.left += 1
             return True
         row: FrameRow = (self.bridge_id, frame.codec, frame.codec_version, self.received_at_ms, frame.payload)
         inserted = insert_row(tx, inbox_id, row, frame)
