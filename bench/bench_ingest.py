@@ -28,13 +28,12 @@ from benchlib import (
     PROJECTED_TABLES,
     Databases,
     Reporter,
-    cpu_split,
+    RunCpu,
     floor,
     inbox_outcomes,
     latency_ms,
     ratio,
     raw_connect,
-    server_cpu_s,
     table_counts,
 )
 from tidings.store.search import INDEX_COLUMNS
@@ -129,8 +128,6 @@ def _throughput(frames: int, wall: float, commits: int) -> dict[str, Any]:
             "commits": commits, "commits_per_frame": round(commits / frames, 4)}
 
 
-
-
 def _outcomes(url: str) -> dict[str, Any]:
     """The inbox's outcome counts after a run, and how many frames it left unprocessed."""
     outcomes = inbox_outcomes(url)
@@ -162,8 +159,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     with reporter.step(f"ingest: ours on {label}", total) as update:
         if profiler is not None:
             profiler.start()
-        server_before = server_cpu_s(url)
-        cpu_started = time.process_time()
+        cpu = RunCpu(url)
         started = perf()
         for index, raw in enumerate(parsed):
             t0 = perf()
@@ -183,8 +179,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
             if index % 256 == 0:
                 update(index)
         wall = perf() - started
-        cpu = time.process_time() - cpu_started
-        server_after = server_cpu_s(url)
+        cpu.stop()
         if profiler is not None:
             profiler.stop()
         update(total)
@@ -196,7 +191,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     result = {
         **_throughput(total, wall, commits),
         **sent,
-        **cpu_split(url, cpu, server_before, server_after, wall, total),
+        **cpu.split(wall, total),
         "per_frame": latency_ms(per_frame),
         "rejected_at_append": rejected,
         **index,
@@ -219,8 +214,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
     commits_before = store.commits
     perf = time.perf_counter
     with reporter.step(f"ingest: ours, {batch} frames a request, on {label}", total) as update:
-        server_before = server_cpu_s(url)
-        cpu_started = time.process_time()
+        cpu = RunCpu(url)
         started = perf()
         for first in range(0, total, batch):
             groups: dict[str, list[dict[str, Any]]] = {}
@@ -244,8 +238,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
             ingest.worker.drain_if_due()
             update(min(first + batch, total))
         wall = perf() - started
-        cpu = time.process_time() - cpu_started
-        server_after = server_cpu_s(url)
+        cpu.stop()
     commits = store.commits - commits_before
     sent = _sent(store, meter_before, total)
     index = _index_catch_up(store, total, wall)
@@ -256,7 +249,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
         "frames_per_request": batch,
         "requests": requests,
         **sent,
-        **cpu_split(url, cpu, server_before, server_after, wall, total),
+        **cpu.split(wall, total),
         "rejected_at_append": rejected,
         **index,
         **_outcomes(url),
@@ -419,8 +412,7 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
     # D111 the rows went 2 a frame, so fewer commits than frames, and the floor read high.
     bounds = [len(flat) * i // frames for i in range(frames + 1)]
     with reporter.step(f"ingest: raw, one commit a frame, on {label}", frames) as update:
-        server_before = server_cpu_s(url)
-        cpu_started = time.process_time()
+        cpu = RunCpu(url)
         started = time.perf_counter()
         commits = 0
         for i in range(frames):
@@ -438,8 +430,7 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
             if commits % 256 == 0:
                 update(commits)
         wall = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
-        server_after = server_cpu_s(url)
+        cpu.stop()
         update(frames)
     conn.close()
     return {
@@ -449,7 +440,7 @@ def run_raw_per_frame(url: str, rows: dict[str, tuple[list[str], list[tuple]]], 
         "wall_s": round(wall, 4),
         "frames_per_s": round(frames / wall, 1),
         "commits": commits,
-        **cpu_split(url, cpu, server_before, server_after, wall, frames),
+        **cpu.split(wall, frames),
     }
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -216,10 +217,10 @@ def server_cpu_s(url: str) -> float | None:
     included), read from ``/proc``; None for SQLite, for a server on another host, or
     where ``/proc`` cannot be read. The difference over a run is the server's share of the
     run's work, which the client's own CPU time does not show (D111)."""
-    if not url.startswith(("postgresql://", "postgres://")):
+    parts = urlsplit(url)
+    if parts.scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
         return None
-    host = url.split("@", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-    if host not in ("127.0.0.1", "localhost", "::1", "[::1]", ""):
+    if (parts.hostname or "") not in ("127.0.0.1", "localhost", "::1", ""):
         return None
     try:
         ticks = os.sysconf("SC_CLK_TCK")
@@ -243,19 +244,37 @@ def server_cpu_s(url: str) -> float | None:
     return total / ticks if found else None
 
 
-def cpu_split(url: str, client_s: float, server_before: float | None, server_after: float | None,
-              wall_s: float, frames: int) -> dict[str, Any]:
-    """Where a run's frames spent their time: the client's CPU and (local PostgreSQL) the
-    server's, per frame and as shares of the wall time. One client sending one request
-    after another waits for the server, so the two add up: a frame costs at least
-    client CPU + server CPU + the commit's flush, whatever the round-trip count."""
-    out: dict[str, Any] = {"client_cpu_ms_per_frame": round(client_s * 1000 / frames, 3),
-                           "client_cpu_share": round(client_s / wall_s, 3)}
-    if server_before is not None and server_after is not None:
-        server = max(0.0, server_after - server_before)
-        out["server_cpu_ms_per_frame"] = round(server * 1000 / frames, 3)
-        out["server_cpu_share"] = round(server / wall_s, 3)
-    return out
+class RunCpu:
+    """The CPU a run used, the client's (this process) and a local PostgreSQL server's
+    (``server_cpu_s``): made just before the timed loop, ``stop()`` just after it, then
+    ``split(wall_s, frames)`` gives the figures every ingest run reports (D111). One client
+    sending one request after another waits for the server, so the two add up: a frame
+    costs at least client CPU + server CPU + the commit's flush, whatever the round trips."""
+
+    __slots__ = ("_url", "_server", "_client", "client_s", "server_s")
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._server = server_cpu_s(url)
+        self._client = time.process_time()
+        self.client_s = 0.0
+        self.server_s: float | None = None
+
+    def stop(self) -> RunCpu:
+        self.client_s = time.process_time() - self._client
+        after = server_cpu_s(self._url)
+        if self._server is not None and after is not None:
+            self.server_s = max(0.0, after - self._server)
+        return self
+
+    def split(self, wall_s: float, frames: int) -> dict[str, Any]:
+        """CPU ms per frame and share of the wall time, the client's and (if read) the server's."""
+        out: dict[str, Any] = {"client_cpu_ms_per_frame": round(self.client_s * 1000 / frames, 3),
+                               "client_cpu_share": round(self.client_s / wall_s, 3)}
+        if self.server_s is not None:
+            out["server_cpu_ms_per_frame"] = round(self.server_s * 1000 / frames, 3)
+            out["server_cpu_share"] = round(self.server_s / wall_s, 3)
+        return out
 
 
 # -- machine --------------------------------------------------------------------------------------
