@@ -112,7 +112,7 @@ def test_a_request_of_several_frames_answers_and_stores_what_one_row_inserts_do(
         text_frame(4, ""),  # no dedupe key: always new
         text_frame(5, ""),
         broken_frame("bad"),
-        text_frame(6, "b"),
+        text_frame(6, "b", "naïve \U0001f44b done"),  # stored as sent, outside ASCII too
     ]
     with capture_logs() as logs:
         results = ingest.append_body(bridge, {"frames": request}, "signal")
@@ -137,7 +137,7 @@ def test_a_request_of_several_frames_answers_and_stores_what_one_row_inserts_do(
             assert outcome == "quarantined" and cause.startswith("decode: signal.jsonrpc")
         else:
             assert (outcome, cause) == ("applied", None)
-    assert messages(store) == ["message 0", "message 1", "message 4", "message 5", "message 6"]
+    assert messages(store) == ["message 0", "message 1", "message 4", "message 5", "naïve \U0001f44b done"]
     counters = ingest.counters.of(bridge).snapshot()
     assert (counters["appended"], counters["deduped"], counters["stale_replays"]) == (6, 4, 2)
     if store.dialect == PG:
