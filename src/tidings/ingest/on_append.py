@@ -117,18 +117,17 @@ class RequestRows:
             self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast(str, self._keys))
         return self._stored.get(dedupe_key)
 
-    def add(self, tx: Tx, inbox_id: str, frame: Any, processed_at_ms: int | None = None,
+    def add(self, inbox_id: str, frame: Any, processed_at_ms: int | None = None,
             outcome: str | None = None, cause: str | None = None) -> None:
-        """Keep a new frame's row: unprocessed, or with its outcome."""
+        """Keep a new frame's row: unprocessed, or with its outcome. Only after ``stored``
+        said the frame's key is new."""
         self._rows.append({
             "inbox_id": inbox_id, "dedupe_key": frame.dedupe_key, "codec": frame.codec,
             "codec_version": frame.codec_version, "client_received_at_ms": frame.client_received_at_ms,
             "payload": frame.payload, "processed_at_ms": processed_at_ms, "outcome": outcome, "cause": cause,
         })
         self._bytes += len(frame.payload)
-        if frame.dedupe_key:
-            if self._stored is None:
-                self.stored(tx, frame.dedupe_key)
+        if frame.dedupe_key:  # its duplicate check (``stored``) has read the stored keys
             cast("dict[str, tuple[Any, ...]]", self._stored)[frame.dedupe_key] = (
                 inbox_id, frame.codec, frame.codec_version, frame.payload)
 
@@ -193,7 +192,7 @@ def insert_applied(
         if rows is None:
             insert_row(tx, inbox_id, row, frame, **outcome)
         else:
-            rows.add(tx, inbox_id, frame, **outcome)
+            rows.add(inbox_id, frame, **outcome)
 
     try:
         with tx.savepoint():
@@ -240,7 +239,7 @@ def insert_applied(
         tx.after_commit(quarantined)
         return QUARANTINED
     if rows is not None:
-        rows.add(tx, inbox_id, frame, processed_at_ms=now, outcome=APPLIED)
+        rows.add(inbox_id, frame, processed_at_ms=now, outcome=APPLIED)
 
     def applied() -> None:
         if staged is not None:
@@ -329,7 +328,7 @@ class AppendApplier:
         if rows is not None:
             if rows.stored(tx, frame.dedupe_key) is not None:
                 return False
-            rows.add(tx, inbox_id, frame)
+            rows.add(inbox_id, frame)
             self.left += 1
             return True
         row: FrameRow = (self.bridge_id, frame.codec, frame.codec_version, self.received_at_ms, frame.payload)
