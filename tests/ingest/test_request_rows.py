@@ -161,12 +161,17 @@ def test_a_request_whose_rows_outgrow_one_statement_sends_them_in_several(store,
         assert sent.count("inbox.insert_frames") == 4
 
 
+@pytest.mark.parametrize("cap", ["one insert", "an insert a row"])
 def test_a_key_another_append_stored_meanwhile_sends_the_request_again_the_plain_way(store, ingest, bridge,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch, cap):
     # The race: the request's read of its keys ran before another append (one that does not
     # take the bridge's append lock) committed a frame under one of them. The insert then
     # meets the unique index, the transaction is lost whole, and the request is appended
-    # again without apply on append: the key is a replay, nothing is applied twice.
+    # again without apply on append: the key is a replay, nothing is applied twice. With an
+    # insert a row, the failing one goes out early, in the next frame's round trip: it must
+    # still lose the transaction, not pass for that frame's own failure.
+    if cap == "an insert a row":
+        monkeypatch.setattr(on_append, "ROWS_BYTES", 1)
     [stored] = ingest.append_body(bridge, text_frame(0, "k0"), "signal")
     real = inbox_store.stored_by_dedupe_keys
     missed: list[str] = []
