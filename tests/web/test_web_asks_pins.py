@@ -96,3 +96,49 @@ def test_a_person_answers_an_agents_ask_and_the_owner_pins_on_the_page(chromium,
     expect(page.locator(".pin-button")).to_have_count(0)
     assert watch.problems == []
     context.close()
+
+
+def test_a_half_filled_answer_outlives_the_page_redrawing_its_message(chromium, demo_hub):  # noqa: F811
+    """A pin made elsewhere redraws every message on the page (its Pin button changes); what
+    the person had chosen and typed in an ask stays, and the Answer button sends it whole.
+    Before the drafts were kept, the redraw cleared the form and the required radio blocked
+    the submission (the CI failure of 2026-12-04)."""
+    from playwright.sync_api import expect
+
+    rt, server, http = demo_hub
+    channels = {c["name"]: c["id"] for c in http.get("/api/v1/channels", headers=auth(ADMIN_TOKEN)).json()["channels"]}
+    general = channels["general"]
+    ask = {"kind": "ask", "ask": {"questions": [
+        {"id": "go", "text": "Ship it?", "options": ["yes", "no"]},
+        {"id": "why", "text": "Why?"},
+    ], "answered": False}}
+    r = http.post(f"/api/v1/channels/{general}/messages", headers=auth(DEMO_TOKENS["assistant"]),
+                  json={"blocks": [{"kind": "text", "text": "Ready."}, ask]})
+    assert r.status_code == 201, r.text
+    asked = r.json()["message"]
+    ask_id = asked["blocks"][1]["ask"]["ask_id"]
+    other = post(http, DEMO_TOKENS["bob"], general, "something to pin")
+
+    context = chromium.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    watch = PageWatch(page)
+    page.goto(f"{server.url}/#token={DEMO_TOKENS['alice']}")
+    expect(page.locator("#conn")).to_have_text("live")
+    card = page.locator(f'.ask[data-ask-id="{ask_id}"]')
+    expect(card.locator(".ask-submit")).to_be_enabled()
+    card.locator('input[type="radio"][value="no"]').check()
+    card.locator("input.ask-input").fill("the tests are red")
+    before = card.element_handle()
+
+    r = http.post(f"/api/v1/channels/{general}/pins/{other['id']}", headers=auth(ADMIN_TOKEN))
+    assert r.status_code == 200
+    expect(page.locator("#pins .pin")).to_have_count(1)
+    page.wait_for_function("node => !node.isConnected", arg=before)  # the card was drawn anew
+    expect(card.locator('input[type="radio"][value="no"]')).to_be_checked()
+    expect(card.locator("input.ask-input")).to_have_value("the tests are red")
+    card.locator(".ask-submit").click()
+    expect(card.locator(".ask-a")).to_have_text(["→ no", "→ the tests are red"])
+    stored = http.get(f"/api/v1/messages/{asked['id']}", headers=auth(ADMIN_TOKEN)).json()["message"]
+    assert stored["blocks"][1]["ask"]["answers"] == {"go": "no", "why": "the tests are red"}
+    assert watch.problems == []
+    context.close()

@@ -50,6 +50,8 @@
     agentHandles: new Set(), // handles of the open channel's agent members (real mentions)
     membersOf: null, // the channel whose members were last loaded (else the tick retries)
     isMember: false,
+    askDrafts: new Map(), // ask id -> {question id: value}: a half-filled answer outlives a re-render
+    askSending: new Set(), // ask ids whose answer is on its way (its button stays disabled)
     quarantineSeen: new Map(), // bridge id -> quarantined_total when its list was read
     stream: null,
     epoch: 0, // bumped on sign-out: late answers of the old session are dropped
@@ -178,6 +180,8 @@
     localStorage.removeItem(TOKEN_KEY);
     state.token = null;
     state.me = null;
+    state.askDrafts.clear();
+    state.askSending.clear();
     state.channels.clear();
     state.seen.clear();
     state.messages.clear();
@@ -379,6 +383,7 @@
       if (!(err.status >= 400 && err.status < 500)) console.warn("members not loaded:", err.message);
       state.isMember = false;
     }
+    syncAskButtons();
     const composer = $("composer");
     composer.hidden = !state.isMember;
     if (!state.isMember && id === state.selected) {
@@ -927,9 +932,12 @@
     return body;
   }
 
+  // An ask's form is rebuilt whenever its message is (a pin, a catch-up, an edit): what the
+  // person has chosen or typed lives in state.askDrafts, so a rebuild never loses it.
   function askNode(m, ask) {
     const card = el("div", { class: "ask", dataset: { askId: ask.ask_id } });
     if (ask.answered) {
+      state.askDrafts.delete(ask.ask_id);
       for (const q of ask.questions) {
         card.append(el("div", { class: "ask-q" }, q.text),
           el("div", { class: "ask-a" }, `→ ${(ask.answers || {})[q.id] || ""}`));
@@ -939,45 +947,75 @@
       return card;
     }
     const myId = state.me && state.me.account ? state.me.account.id : null;
+    const draft = state.askDrafts.get(ask.ask_id) || {};
     const form = el("form", { class: "ask-form" });
     for (const q of ask.questions) {
       const name = `ask-${ask.ask_id}-${q.id}`;
       const row = el("fieldset", { class: "ask-field" }, el("legend", { class: "ask-q" }, q.text));
       if (Array.isArray(q.options)) {
         for (const option of q.options) {
-          row.append(el("label", { class: "ask-option" },
-            el("input", { type: "radio", name, value: option, required: true, dataset: { question: q.id } }),
-            ` ${option}`));
+          const radio = el("input", { type: "radio", name, value: option, required: true, dataset: { question: q.id } });
+          radio.checked = draft[q.id] === option;
+          row.append(el("label", { class: "ask-option" }, radio, ` ${option}`));
         }
       } else {
-        row.append(el("input", { type: "text", name, required: true, dataset: { question: q.id }, class: "ask-input" }));
+        const input = el("input", { type: "text", name, required: true, dataset: { question: q.id }, class: "ask-input" });
+        input.value = draft[q.id] || "";
+        row.append(input);
       }
       form.append(row);
     }
     const note = el("span", { class: "ask-note" });
     const asker = m.author_account_id === myId;
-    const button = el("button", { type: "submit", class: "ask-submit", disabled: asker || !state.isMember }, "Answer");
+    const button = el("button", { type: "submit", class: "ask-submit", dataset: asker ? { asker: "1" } : null }, "Answer");
+    button.disabled = askButtonDisabled(ask.ask_id, asker);
     form.append(el("div", { class: "ask-actions" }, button,
       asker ? el("span", { class: "ask-note" }, "waiting for an answer") : note));
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
+    const answersOf = () => {
       const answers = {};
       for (const input of form.querySelectorAll("input[data-question]")) {
         if ((input.type !== "radio" || input.checked) && input.value.trim()) answers[input.dataset.question] = input.value;
       }
+      return answers;
+    };
+    const keep = () => state.askDrafts.set(ask.ask_id, answersOf());
+    form.addEventListener("input", keep);
+    form.addEventListener("change", keep);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const answers = answersOf();
+      state.askDrafts.set(ask.ask_id, answers);
+      state.askSending.add(ask.ask_id);
       button.disabled = true;
       try {
         const data = await api(`/api/v1/messages/${encodeURIComponent(m.id)}/asks/${encodeURIComponent(ask.ask_id)}/answer`,
           { method: "POST", body: { answers } });
+        state.askSending.delete(ask.ask_id);
         upsertMessage(data.message);
         regroup();
       } catch (err) {
-        note.textContent = `Not answered: ${err.message}`;
-        button.disabled = false;
+        state.askSending.delete(ask.ask_id);
+        // The form may have been rebuilt while the answer was on its way: speak through the live one.
+        const live = document.querySelector(`.ask[data-ask-id="${CSS.escape(ask.ask_id)}"]`);
+        const liveNote = live ? live.querySelector(".ask-note") : note;
+        if (liveNote) liveNote.textContent = `Not answered: ${err.message}`;
+        syncAskButtons();
       }
     });
     card.append(form);
     return card;
+  }
+
+  function askButtonDisabled(askId, asker) {
+    return asker || !state.isMember || state.askSending.has(askId);
+  }
+
+  // Membership is read after the messages may be drawn: the Answer buttons follow it.
+  function syncAskButtons() {
+    for (const button of document.querySelectorAll("#messages .ask-submit")) {
+      const card = button.closest(".ask");
+      button.disabled = askButtonDisabled(card ? card.dataset.askId : "", button.dataset.asker === "1");
+    }
   }
 
   // -- wiring -----------------------------------------------------------------------------------
