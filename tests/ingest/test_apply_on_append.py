@@ -121,9 +121,9 @@ def test_new_frames_wait_behind_an_older_unprocessed_frame_of_their_bridge(store
     b, c = rig.append(bridge, [frame("b"), frame("c")])
     [d] = rig.append(other, [frame("d")])
     assert state(store, b.inbox_id)["outcome"] is None and state(store, c.inbox_id)["outcome"] is None
-    # PostgreSQL decodes a frame ahead of its speculative insert, so its reads ride with it
-    # (D105); a frame found held up is never projected there, only decoded.
-    assert steps(store, "b") == [] and rig.script.decodes["b"] == (1 if store.dialect == "postgresql" else 0)
+    # A request's frames are decoded before its first insert, so that one read brings the
+    # rows they touch (D115); a frame found held up is never projected, only decoded.
+    assert steps(store, "b") == [] and rig.script.decodes["b"] == 1
     assert state(store, d.inbox_id)["outcome"] == "applied"  # another bridge is not held up
     stats = rig.worker.drain_if_due()  # the append woke the worker
     assert stats is not None and stats.applied == 3
@@ -154,7 +154,8 @@ def test_a_transient_failure_leaves_the_frame_and_the_rest_of_its_request_to_the
         s = state(store, r.inbox_id)
         assert (s["outcome"], s["processed_at_ms"]) == (None, None)
     assert steps(store, "b") == []  # the failed attempt's rows were rolled back with it
-    assert rig.script.decodes["c"] == 0
+    assert rig.script.decodes["c"] == 1  # decoded with its request (D115), never projected
+    assert steps(store, "c") == []
     assert rig.counters.of(bridge).snapshot()["left_for_worker"] == 1
     assert rig.worker.drain_if_due().applied == 2
     assert rig.script.order == ["a", "b", "c"] and rig.script.decodes["b"] == 2
@@ -190,8 +191,8 @@ def test_a_repeated_frame_is_a_replay_and_is_not_append_applied_again(store, rig
     [first] = rig.append(bridge, [frame("a", key="k1")])
     [again] = rig.append(bridge, [frame("a", key="k1")])
     assert again.replay and again.inbox_id == first.inbox_id
-    # Applied once; PostgreSQL decodes the repeat ahead of its insert (D105), then drops it.
-    assert rig.script.decodes["a"] == (2 if store.dialect == "postgresql" else 1)
+    # Applied once; the repeat is decoded with its request (D115), then dropped.
+    assert rig.script.decodes["a"] == 2
     assert steps(store, "a") == ["first", "last"]
     assert rig.counters.of(bridge).snapshot()["deduped"] == 1
 

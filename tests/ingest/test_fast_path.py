@@ -41,7 +41,7 @@ from tidings.ingest.events import (
     validate_event,
 )
 from tidings.ingest.inbox import parse_frame
-from tidings.ingest.projection import ProjectionContext, _Frame
+from tidings.ingest.projection import key_of
 from tidings.ingest.worker import StagedCounters
 from tidings.store import inbox as inbox_store
 from tidings.store.engine import Tx
@@ -164,17 +164,15 @@ def test_decoders_canonicalise_each_identity_once_and_every_ref_is_proven(name: 
     for r in refs:
         assert identity_key(platform, r.raw) == (r.kind, r.canonical)
     calls.clear()
-    frame = _Frame(None, ProjectionContext("br_x", platform, "in_x", 1, 1, Counters(INGEST_COUNTERS)))  # type: ignore[arg-type]
     for r in refs:
-        assert frame.key_of(r, "x") == (r.kind, r.canonical)
+        assert key_of(platform, r, "x") == (r.kind, r.canonical)
     assert calls == []  # the projection used the proofs
 
 
 def test_the_projection_canonicalises_a_ref_proven_for_another_platform() -> None:
     ref = identity_ref("google", "5E0C1A7E-3F7B-4B8E-9C61-2A4D8F1B0A11")
     assert ref.kind == "username"
-    frame = _Frame(None, ProjectionContext("br_x", "signal", "in_x", 1, 1, Counters(INGEST_COUNTERS)))  # type: ignore[arg-type]
-    assert frame.key_of(ref, "x") == ("signal_aci", "5e0c1a7e-3f7b-4b8e-9c61-2a4d8f1b0a11")
+    assert key_of("signal", ref, "x") == ("signal_aci", "5e0c1a7e-3f7b-4b8e-9c61-2a4d8f1b0a11")
 
 
 def _refs(evs):
@@ -241,11 +239,15 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
     names: list[str] = []
-    real, real_later = Tx.execute, Tx.later
+    real, real_later, real_many = Tx.execute, Tx.later, Tx.execute_many
 
     def counting(tx, stmt, params=None):
         names.append(stmt.name or str(stmt.clause))
         return real(tx, stmt, params)
+
+    def counting_many(tx, stmt, rows):
+        names.append(stmt.name)
+        return real_many(tx, stmt, rows)
 
     def counting_later(tx, stmt, params=None):
         if tx.write_behind:  # sent behind; otherwise it runs now, through ``execute``
@@ -254,32 +256,30 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
 
     monkeypatch.setattr(Tx, "execute", counting)
     monkeypatch.setattr(Tx, "later", counting_later)
+    monkeypatch.setattr(Tx, "execute_many", counting_many)
     before = store.meter.snapshot()
     ingest.append_body(bridge, signal_body(1), "signal")
     after = store.meter.snapshot()
     sent = {k: after[k] - before[k] for k in after}
+    # The frame's rows are read by one statement per table family (D115): the sender, the
+    # conversation, the sender's place in its roster, the message; the changed rows are
+    # written by one statement each: the conversation's recency, the message.
+    reads = ["identities.read_by_keys", "conversations.read_by_remote_ids", "participants.read_members",
+             "bridge_messages.read_by_ids"]
+    writes = ["conversations.write_rows", "bridge_messages.write_rows"]
     if store.dialect == "postgresql":
         # The bridge's append lock is deferred (Tx.defer); the frame is inserted applied first,
-        # then the held-up check's answer is read (read ahead); the sender is read ahead too,
-        # and the projection's writes go behind (D105): the message's insert and guarded
-        # update as one statement, the roster ensure and its touch as one statement.
-        assert names == [
-            "inbox.insert_frame", "inbox.older_unprocessed", "conversations.mint_or_bump", "identities.by_key",
-            "bridge_messages.upsert_rows", "participants.ensure_touch",
-        ]
-        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, inbox insert]
-        # [recency bump, message upsert, roster ensure, COMMIT]: the RELEASE that waits is
-        # dropped, since COMMIT releases every savepoint.
-        assert sent == {"statements": 10, "round_trips": 2, "commits": 1}
+        # its batch's reads ride in that round trip (read ahead), then the held-up check's
+        # answer is read (read ahead too); the writes go behind, with the COMMIT.
+        assert names == ["inbox.insert_frame", *reads, "inbox.older_unprocessed", *writes]
+        # [BEGIN, lock, held-up read, SAVEPOINT, the 4 reads, inbox insert]
+        # [the 2 writes, COMMIT]: the RELEASE that waits is dropped, since COMMIT releases
+        # every savepoint.
+        assert sent == {"statements": 12, "round_trips": 2, "commits": 1}
     else:
-        # held-up read, inbox insert, then the projection: recency bump, sender read, message
-        # insert, roster ensure.
-        assert names == [
-            "inbox.older_unprocessed", "inbox.insert_frame",
-            "conversations.mint_or_bump", "identities.by_key", "bridge_messages.insert", "participants.ensure",
-        ]
-        # BEGIN IMMEDIATE, the six, SAVEPOINT, RELEASE, COMMIT: each one call.
-        assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
+        assert names == ["inbox.older_unprocessed", "inbox.insert_frame", *reads, *writes]
+        # BEGIN IMMEDIATE, the eight, SAVEPOINT, RELEASE, COMMIT: each one call.
+        assert sent == {"statements": 12, "round_trips": 12, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -295,14 +295,14 @@ def sync_sent_body(n: int) -> dict:
 def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read(store, ingest):
     sent = sent_by_a_second_frame(store, ingest, "signal", sync_sent_body)
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, echo lock, echo read, inbox insert]
-        # [recency bump, message upsert, COMMIT]: the echo lock and read are announced with the
-        # insert (D105), the lock first, and taken once.
-        assert sent == {"statements": 11, "round_trips": 2, "commits": 1}
+        # [BEGIN, lock, held-up read, SAVEPOINT, sender, conversation and message reads, echo
+        # lock, echo read, inbox insert] [recency bump, message insert, COMMIT]: the echo lock
+        # and read are announced with the batch's other reads (D115), the lock first.
+        assert sent == {"statements": 13, "round_trips": 2, "commits": 1}
     else:
-        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, recency bump, sender read,
-        # echo read, message insert, RELEASE, COMMIT (SQLite has one writer: no echo lock).
-        assert sent == {"statements": 10, "round_trips": 10, "commits": 1}
+        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, the four reads (SQLite has
+        # one writer: no echo lock), the two writes, RELEASE, COMMIT.
+        assert sent == {"statements": 12, "round_trips": 12, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -399,14 +399,14 @@ def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conve
     sent = sent_by_a_second_frame(store, ingest, "google",
                                   lambda n: google_body("google_conversation_group.json", n))
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, conversation read, roster read, 3 identity
-        # reads, inbox insert] COMMIT: every read is announced with the insert (D105), and an
-        # unchanged snapshot writes nothing more.
-        assert sent == {"statements": 11, "round_trips": 2, "commits": 1}
+        # [BEGIN, lock, held-up read, SAVEPOINT, identities read (all 3 at once), conversation
+        # read, roster read, inbox insert] COMMIT: every read is one statement a table family
+        # (D115), and an unchanged snapshot writes nothing more.
+        assert sent == {"statements": 9, "round_trips": 2, "commits": 1}
     else:
-        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, conversation read, 3 identity
-        # reads, roster read, RELEASE, COMMIT.
-        assert sent == {"statements": 11, "round_trips": 11, "commits": 1}
+        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, the identities, conversation
+        # and roster reads, RELEASE, COMMIT.
+        assert sent == {"statements": 9, "round_trips": 9, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -415,10 +415,10 @@ def test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip
     reactions, and writes nothing; on PostgreSQL the two reads share a round trip."""
     sent = sent_by_a_second_frame(store, ingest, "google",
                                   lambda n: google_body("google_message_reactions.json", n))
-    # PostgreSQL: the stored fence and the stored reactions are read in one round trip (9
-    # before D103), announced with the inbox insert, and the writes go behind with the COMMIT
-    # (8 before D105); SQLite: every statement is one call.
-    assert sent["round_trips"] == {"postgresql": 2, "sqlite": 14}[store.dialect], sent
+    # PostgreSQL: the stored fence and the stored reactions are read with the batch's other
+    # reads (D103, D115), in the inbox insert's round trip, and nothing changed is written;
+    # SQLite: every statement is one call.
+    assert sent["round_trips"] == {"postgresql": 2, "sqlite": 11}[store.dialect], sent
     assert outcomes(store) == {"applied": 2}
 
 
@@ -485,9 +485,10 @@ def test_a_write_behind_that_fails_with_the_next_frame_never_quarantines_that_fr
     assert message_bodies(store) == ["message 0", "message 2"]
 
 
-def test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_the_last(store, ingest):
-    """Each frame's writes go behind and ride in the next frame's first round trip, which
-    also carries that frame's announced reads and its inbox insert (D105)."""
+def test_a_batch_of_frames_costs_two_round_trips_whatever_its_size(store, ingest):
+    """A request's frames are decoded first; one read brings the rows they all touch, in
+    the first frame's round trip; the frames are projected in memory; their changed rows
+    and inbox rows go out behind, with the COMMIT (D113, D115)."""
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, signal_body(0), "signal")  # first sighting: reads the bridge, mints rows
     before = store.meter.snapshot()
@@ -495,12 +496,12 @@ def test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_t
     after = store.meter.snapshot()
     sent = {k: after[k] - before[k] for k in after}
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, sender read, inbox insert] then, per later
-        # frame, [the previous frame's writes, RELEASE, SAVEPOINT, its inbox insert], and the
-        # last frame's writes with the COMMIT: 11 round trips for 10 frames.
-        assert sent["round_trips"] == 11 and sent["commits"] == 1, sent
+        # [BEGIN, lock, dedupe read, held-up read, SAVEPOINT, the 4 reads] then
+        # [the 2 writes, the inbox rows, COMMIT]: 2 round trips for 10 frames.
+        assert sent == {"statements": 13, "round_trips": 2, "commits": 1}, sent
     else:
-        assert sent["round_trips"] == sent["statements"] and sent["commits"] == 1, sent
+        # Each frame's own SAVEPOINT, inbox insert and RELEASE; the reads and writes once.
+        assert sent["round_trips"] == sent["statements"] == 39 and sent["commits"] == 1, sent
     assert outcomes(store) == {"applied": 11}
 
 
@@ -522,27 +523,27 @@ def drained_second_frame(store, platform: str, body_of, *, write_behind: bool = 
     return {k: after[k] - before[k] for k in after}
 
 
-def test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together(store):
-    """Without write behind, the drain announces no reads up front: the roster's identities
-    ride with the conversation read (D102), the fence with the reactions read (D103)."""
+def test_the_eager_drain_reads_a_frames_rows_in_one_round_trip(store):
+    """Without write behind, the drain still reads a frame's rows in one round trip (D115):
+    the roster's identities with the conversation and its roster, the fence with the
+    reactions; and an unchanged snapshot writes nothing."""
     roster = drained_second_frame(store, "google", lambda n: google_body("google_conversation_group.json", n),
                                   write_behind=False)
     reactions = drained_second_frame(store, "google", lambda n: google_body("google_message_reactions.json", n),
                                      write_behind=False)
     assert outcomes(store) == {"applied": 4}
     if store.dialect == "postgresql":
-        # roster: [page listing, autocommit] [BEGIN, claim] [3 identity reads, conversation
-        # read] [roster read] COMMIT; reactions: the fence and reactions read share one.
-        assert (roster["round_trips"], reactions["round_trips"]) == (5, 9), (roster, reactions)
+        # [page listing, autocommit] [BEGIN, claim] [lock, the reads] [COMMIT]
+        assert (roster["round_trips"], reactions["round_trips"]) == (4, 4), (roster, reactions)
     else:
         assert roster["round_trips"] == roster["statements"] and reactions["round_trips"] == reactions["statements"]
 
 
 @pytest.mark.parametrize("shape", ["signal message", "google roster", "google reactions"])
 def test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead(store, shape):
-    """A drained frame is claimed (its row comes back), decoded, its reads announced in one
-    round trip and its writes sent with the COMMIT (D106): the page listing, the claim,
-    the reads, the commit. SQLite: one call per statement, as before."""
+    """A drained frame is claimed (its row comes back), decoded, its rows read in one round
+    trip and its writes sent with the COMMIT (D106, D115): the page listing, the claim, the
+    reads, the commit. SQLite: one call per statement, as before."""
     body_of = {
         "signal message": ("signal", signal_body),
         "google roster": ("google", lambda n: google_body("google_conversation_group.json", n)),
@@ -551,7 +552,7 @@ def test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead(store, shape
     sent = drained_second_frame(store, *body_of)
     assert outcomes(store) == {"applied": 2}
     if store.dialect == "postgresql":
-        # [page listing, autocommit] [BEGIN, claim] [announced reads] [writes, COMMIT]
+        # [page listing, autocommit] [BEGIN, claim] [lock, the reads] [writes, COMMIT]
         assert sent["round_trips"] == 4 and sent["commits"] == 1, sent
     else:
         assert sent["round_trips"] == sent["statements"] and sent["commits"] == 1, sent

@@ -9,12 +9,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_projection_support import PROJECTION_TABLES, World, conv, gmsg, member, msg, react, ref
+from test_projection_support import PROJECTION_TABLES, World, conv, gmsg, member, msg, once, react, ref
 from writecount import WriteCounter
 
 from tidings.store import bridge_messages, conversations, identities, reactions
-from tidings.store.conversations import RosterError, RosterRow
-from tidings.store.reactions import SnapshotEntry
+from tidings.store.batch_rows import Writer
+from tidings.store.bridge_messages import Messages
+from tidings.store.conversations import Conversations, RosterError, RosterRow
+from tidings.store.identities import Identities
+from tidings.store.reactions import Reactions, SnapshotEntry
 
 
 @pytest.fixture
@@ -152,47 +155,75 @@ def _count(store, tables):
 
 def test_every_identity_guard_column_changed_alone_writes_its_row(store):
     w = World(store, "google")
-    base = dict(id="idn_x", bridge_id=w.bridge_id, kind="e164", canonical="+1555", raw="+1555",
-                display_name="Bob", is_self=False, metadata="{}")
+    base = dict(id="idn_x", kind="e164", canonical="+1555", raw="+1555", display_name="Bob", is_self=False,
+                metadata="{}")
+
+    def upsert(tx, values, now):
+        return once(tx, Identities, w.bridge_id, lambda r: r.upsert(**values, now=now))
+
     with _count(store, ["identities"]) as wc:
         with store.write() as tx:
-            assert identities.upsert(tx, **base, now=1)
+            assert upsert(tx, base, 1)
         for column, value in [("raw", "+1 555"), ("display_name", "Robert"), ("display_name", ""),
                               ("is_self", True), ("metadata", '{"a": 1}')]:
             wc.reset()
             changed = {**base, column: value}
             with store.write() as tx:
-                assert not identities.upsert(tx, **base, now=2), "same values must not write"
-                assert identities.upsert(tx, **changed, now=3), column
-                assert not identities.upsert(tx, **changed, now=4)
-                assert identities.upsert(tx, **base, now=5)
+                assert not upsert(tx, base, 2), "same values must not write"
+                assert upsert(tx, changed, 3), column
+                assert not upsert(tx, changed, 4)
+                assert upsert(tx, base, 5)
             assert wc.snapshot()["identities"] == {"insert": 0, "update": 2, "delete": 0}, column
         with store.read() as tx:
             row = identities.by_id(tx, "idn_x")
         assert row["created_at_ms"] == 1 and row["updated_at_ms"] == 5
 
 
+def test_a_change_undone_within_one_batch_writes_nothing(store):
+    """A batch writes each row's net change: a column changed and changed back by the
+    frames of one batch leaves the row unwritten (D115)."""
+    w = World(store, "google")
+    base = dict(id="idn_x", kind="e164", canonical="+1555", raw="+1555", display_name="Bob", is_self=False)
+    with store.write() as tx:
+        once(tx, Identities, w.bridge_id, lambda r: r.upsert(**base, now=1))
+
+    def there_and_back(rows):
+        assert rows.upsert(**{**base, "display_name": "Robert"}, now=2)
+        assert rows.upsert(**base, now=3)
+
+    with _count(store, ["identities"]) as wc:
+        with store.write() as tx:
+            once(tx, Identities, w.bridge_id, there_and_back)
+        assert wc.total() == 0
+    with store.read() as tx:
+        assert identities.by_id(tx, "idn_x")["updated_at_ms"] == 1
+
+
 def test_every_conversation_guard_column_changed_alone_writes_its_row(store):
     w = World(store, "google")
-    base = dict(id="conv_x", bridge_id=w.bridge_id, remote_id="r", kind="group", title="T", remote_revision=None)
+    base = dict(id="conv_x", remote_id="r", kind="group", title="T", remote_revision=None)
+
+    def upsert(tx, values, now):
+        return once(tx, Conversations, w.bridge_id, lambda r: r.upsert(**values, now=now))
+
     with _count(store, ["conversations"]) as wc:
         with store.write() as tx:
-            assert conversations.upsert(tx, **base, now=1)
+            assert upsert(tx, base, 1)
         cases = [("kind", "direct"), ("title", ""), ("title", "U"), ("remote_revision", "1")]
         for column, value in cases:
             wc.reset()
             changed = {**base, column: value}
             with store.write() as tx:
-                assert not conversations.upsert(tx, **base, now=2)
-                assert conversations.upsert(tx, **changed, now=3), column
-                assert not conversations.upsert(tx, **changed, now=4)
-                assert conversations.upsert(tx, **base, now=5)
+                assert not upsert(tx, base, 2)
+                assert upsert(tx, changed, 3), column
+                assert not upsert(tx, changed, 4)
+                assert upsert(tx, base, 5)
             assert wc.snapshot()["conversations"]["update"] == 2, column
         # NULL transitions of the revision both ways, and a value change
         wc.reset()
         with store.write() as tx:
             for rev in ("1", "2", None, None):
-                conversations.upsert(tx, **{**base, "remote_revision": rev}, now=6)
+                upsert(tx, {**base, "remote_revision": rev}, 6)
         assert wc.snapshot()["conversations"]["update"] == 3
 
 
@@ -201,20 +232,23 @@ def test_every_message_guard_column_changed_alone_writes_its_row(store):
     w.frame([msg("signal:a", "m0", ref("+15550100", platform="signal"), at=500)])
     sender = w.ident_id("+15550100")
     conv_id = w.conv_id("signal:a")
-    base = dict(id="bmsg_x", bridge_id=w.bridge_id, conversation_id=conv_id, remote_message_id="x",
-                sender_identity_id=None, direction="incoming", body="b", reply_to_remote_id=None, occurred_at_ms=1_000)
+    base = dict(id="bmsg_x", conversation_id=conv_id, remote_message_id="x", sender_identity_id=None,
+                direction="incoming", body="b", reply_to_remote_id=None, occurred_at_ms=1_000)
+    def upsert(tx, values, now):
+        return once(tx, Messages, w.bridge_id, lambda r: r.upsert(**values, now=now))
+
     with _count(store, ["bridge_messages"]) as wc:
         with store.write() as tx:
-            assert bridge_messages.upsert(tx, **base, now=1) == "inserted"
+            assert upsert(tx, base, 1) == "inserted"
         for column, value in [("sender_identity_id", sender), ("direction", "outgoing"), ("body", ""),
                               ("body", "c"), ("reply_to_remote_id", "m0"), ("occurred_at_ms", 1_001)]:
             wc.reset()
             changed = {**base, column: value}
             with store.write() as tx:
-                assert bridge_messages.upsert(tx, **base, now=2) is None
-                assert bridge_messages.upsert(tx, **changed, now=3) == "updated", column
-                assert bridge_messages.upsert(tx, **changed, now=4) is None
-                assert bridge_messages.upsert(tx, **base, now=5) == "updated"
+                assert upsert(tx, base, 2) is None
+                assert upsert(tx, changed, 3) == "updated", column
+                assert upsert(tx, changed, 4) is None
+                assert upsert(tx, base, 5) == "updated"
             assert wc.snapshot()["bridge_messages"] == {"insert": 0, "update": 2, "delete": 0}, column
 
 
@@ -223,14 +257,18 @@ def test_recency_bump_writes_only_when_strictly_newer(store):
     w = World(store, "google")
     w.frame([gmsg("c1", "m1", ref("+15550100"), at=5_000)])
     cid = w.conv_id("c1")
+
+    def bump(tx, at):
+        return once(tx, Conversations, w.bridge_id,
+                    lambda r: r.mint_or_bump(id=cid, remote_id="c1", kind="direct", at_ms=at, now=9))
+
     with _count(store, ["conversations"]) as wc:
         with store.write() as tx:
-            assert not conversations.bump_recency(tx, cid, 5_000)  # equal
-            assert not conversations.bump_recency(tx, cid, 4_000)  # older
-            assert not conversations.bump_recency(tx, "conv_missing", 9_000)
+            assert not bump(tx, 5_000)  # equal
+            assert not bump(tx, 4_000)  # older
         assert wc.total() == 0
         with store.write() as tx:
-            assert conversations.bump_recency(tx, cid, 5_001)
+            assert bump(tx, 5_001)
         assert wc.snapshot()["conversations"]["update"] == 1
     # the message path: an equal-time message in a later frame bumps nothing
     with _count(store, ["conversations"]) as wc:
@@ -276,9 +314,9 @@ def test_snapshot_at_the_fence_sequence_is_accepted_and_its_fence_write_skipped(
 
 def _snapshot(store, w, message_id, conversation_id, entries, seq):
     with store.write() as tx:
-        return reactions.apply_snapshot(tx, message_id=message_id, bridge_id=w.bridge_id,
-                                        conversation_id=conversation_id, entries=entries, source_seq_ms=seq,
-                                        now=store.clock.now_ms())
+        return once(tx, Reactions, w.bridge_id, lambda r: r.apply_snapshot(
+            message_id=message_id, conversation_id=conversation_id, entries=entries, source_seq_ms=seq,
+            now=store.clock.now_ms()))
 
 
 def test_empty_snapshot_fence_is_load_bearing_without_reactions(store):
@@ -317,17 +355,23 @@ def test_snapshot_writes_only_changed_reactions_and_tombstones_absent_ones(store
 
 
 # -- the roster --------------------------------------------------------------------------
+def _sync(tx, bridge_id, remote, conversation_id, rows, touched_at_ms=0):
+    def op(convs):
+        convs.get(remote)  # the conversation, read as the projection reads it first
+        return convs.rosters.sync(conversation_id=conversation_id, rows=rows, touched_at_ms=touched_at_ms)
+
+    return once(tx, Conversations, bridge_id, op)
+
+
 def test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches(store, counted):
     w = World(store, "google")
     w.frame([conv("g", [member("+15550100", "A"), member("+15550111", "B")])])
     cid, a = w.conv_id("g"), w.ident_id("+15550100")
     repeated = [RosterRow(a, "member", "A", True), RosterRow(a, "member", "A", True)]
     counted.reset()
-    with store.read() as tx:
-        assert not conversations.roster_matches(tx, cid, repeated)
     with pytest.raises(RosterError, match="appears twice"):
         with store.write() as tx:
-            conversations.sync_roster(tx, conversation_id=cid, bridge_id=w.bridge_id, rows=repeated, touched_at_ms=9)
+            _sync(tx, w.bridge_id, "g", cid, repeated, touched_at_ms=9)
     assert counted.total() == 0
 
 
@@ -335,12 +379,13 @@ def test_roster_sync_of_a_missing_conversation_is_an_error(store):
     w = World(store, "google")
     with pytest.raises(RosterError, match="does not exist"):
         with store.write() as tx:
-            conversations.sync_roster(tx, conversation_id="conv_nope", bridge_id=w.bridge_id, rows=[])
+            _sync(tx, w.bridge_id, "nope", "conv_nope", [])
 
 
 def test_unchanged_roster_check_takes_no_write_lock(store):
-    """The unchanged check is one plain read: it completes while another connection holds
-    the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: exclusive locks on both tables)."""
+    """The unchanged check is one plain read and a comparison in memory: it completes while
+    another connection holds the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL:
+    exclusive locks on both tables), and writes nothing."""
     w = World(store, "google")
     w.frame([conv("g", [member("+15550100", "A"), member("+15550111", "B", role="admin")])])
     cid = w.conv_id("g")
@@ -353,17 +398,17 @@ def test_unchanged_roster_check_takes_no_write_lock(store):
             dbapi.execute("BEGIN IMMEDIATE")
         else:
             dbapi.execute("LOCK TABLE conversations, conversation_participants IN EXCLUSIVE MODE")
-        result: list[bool] = []
+        result: list[int] = []
 
         def check() -> None:
             with store.read() as tx:
-                result.append(conversations.roster_matches(tx, cid, rows))
+                result.append(_sync(tx, w.bridge_id, "g", cid, rows))
 
         t = threading.Thread(target=check, daemon=True)
         t.start()
         t.join(10)
         assert not t.is_alive(), "the unchanged-roster check waited for the write lock"
-        assert result == [True]
+        assert result == [0]
     finally:
         try:
             dbapi.rollback() if store.dialect != "sqlite" else dbapi.execute("ROLLBACK")
@@ -378,78 +423,117 @@ def test_unchanged_writes_touch_no_rows(store, counted):
     cid, mid, a = w.conv_id("g"), w.msg_id("g", "m1"), w.ident_id("+15550100")
     counted.reset()
     with store.write() as tx:
-        assert not identities.upsert(tx, id=a, bridge_id=w.bridge_id, kind="e164", canonical="+15550100",
-                                     raw="+15550100", display_name="A", is_self=False, now=1)
-        assert not conversations.upsert(tx, id=cid, bridge_id=w.bridge_id, remote_id="g", kind="group", title="T",
-                                        remote_revision=None, now=1)
-        assert conversations.sync_roster(tx, conversation_id=cid, bridge_id=w.bridge_id,
-                                         rows=[RosterRow(a, "member", "A", True)], touched_at_ms=1) == 0
-        assert not conversations.bump_recency(tx, cid, 5_000)
-        assert not conversations.bump_recency(tx, cid, 4_000)
+        assert not once(tx, Identities, w.bridge_id, lambda r: r.upsert(
+            id=a, kind="e164", canonical="+15550100", raw="+15550100", display_name="A", is_self=False, now=1))
+        assert not once(tx, Conversations, w.bridge_id, lambda r: r.upsert(
+            id=cid, remote_id="g", kind="group", title="T", remote_revision=None, now=1))
+        assert _sync(tx, w.bridge_id, "g", cid, [RosterRow(a, "member", "A", True)], touched_at_ms=1) == 0
+        for at in (5_000, 4_000):
+            assert not once(tx, Conversations, w.bridge_id, lambda r: r.mint_or_bump(
+                id=cid, remote_id="g", kind="group", at_ms=at, now=1))
     assert _snapshot(store, w, mid, cid, {}, 300) == (True, 0, 0, False)  # same sequence
     assert _snapshot(store, w, mid, cid, {}, 200) == (False, 0, 0, False)  # stale
     assert counted.total() == 0
 
 
 # -- the SQL guards behind the projection's own skips, and the statement budget -------------
-def test_snapshot_and_fence_statements_are_guarded_in_sql(store):
-    """The projection skips unchanged reaction and fence writes before issuing them; the
-    statements are guarded on their own too (the safety net), checked here directly."""
+def test_every_write_statement_is_guarded_in_sql(store):
+    """A batch writes only rows it changed; each flush statement is guarded on its own too
+    (the safety net): a row sent as the database already holds it writes nothing, and a
+    fence never moves back or to its own sequence. Checked here directly."""
     w = World(store, "google")
-    w.frame([gmsg("c1", "m1", ref("+15550100"), at=1_000)], received_at_ms=100)
-    mid, cid = w.msg_id("c1", "m1"), w.conv_id("c1")
+    w.frame([conv("g", [member("+15550100", "A")], title="T")])
+    w.frame([gmsg("g", "m1", ref("+15550100"), at=1_000), react("g", "m1", ref("+15550111"), "👍")],
+            received_at_ms=100)
+    mid, cid = w.msg_id("g", "m1"), w.conv_id("g")
+    b = {"bridge_id": w.bridge_id}
+    tables = [
+        (identities.WRITE_ROWS, "SELECT id, kind, canonical, raw, display_name, is_self, metadata, created_at_ms, "
+         "updated_at_ms FROM identities"),
+        (conversations.WRITE_ROWS, "SELECT id, remote_conversation_id, kind, title, remote_revision, "
+         "last_message_at_ms, created_at_ms, updated_at_ms FROM conversations"),
+        (conversations.WRITE_PARTICIPANTS, "SELECT conversation_id, identity_id, role, display_name, is_active "
+         "FROM conversation_participants"),
+        (bridge_messages.WRITE_ROWS, "SELECT id, conversation_id, remote_message_id, sender_identity_id, direction, "
+         "body, reply_to_remote_id, state, occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms "
+         "FROM bridge_messages"),
+        (reactions.WRITE_ROWS, "SELECT message_id, reactor_key, conversation_id, reactor_identity_id, "
+         "reactor_is_self, emoji, state, occurred_at_ms, source_seq_ms, created_at_ms, updated_at_ms FROM reactions"),
+    ]
     with store.write() as tx:
-        assert not reactions.advance_fence(tx, mid, w.bridge_id, 100, 1)  # its own sequence
-        assert not reactions.advance_fence(tx, mid, w.bridge_id, 50, 1)  # older
-        assert reactions.advance_fence(tx, mid, w.bridge_id, 150, 1)
-        entry = {"message_id": mid, "reactor_key": "self", "bridge_id": w.bridge_id, "conversation_id": cid,
-                 "identity_id": None, "is_self": True, "emoji": "👍", "occurred": 5, "seq": 150, "now": 1}
-        assert tx.rowcount(reactions.UPSERT_ACTIVE, entry) == 1
-        assert tx.rowcount(reactions.UPSERT_ACTIVE, {**entry, "seq": 160, "occurred": 6, "now": 2}) == 0
-        assert tx.rowcount(reactions.UPSERT_ACTIVE, {**entry, "emoji": "🎉"}) == 1
-    assert w.fence("c1", "m1") == 150
+        write = Writer(tx)
+        for stmt, sql in tables:
+            cur = tx.raw(sql)
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+            for row in rows:  # the stored rows as they are, with a later update time
+                for flag in ("is_self", "is_active", "reactor_is_self"):
+                    if flag in row:
+                        row[flag] = bool(row[flag])
+                if "updated_at_ms" in row and stmt is not conversations.WRITE_ROWS:
+                    row["updated_at_ms"] += 1  # (a conversation's touch is content, D9: written)
+            assert rows, stmt.name
+            assert int(write(stmt, rows, **b)) == 0, stmt.name
+        fence = {"message_id": mid, "updated_at_ms": 5}
+        for seq, wrote in ((100, 0), (50, 0), (150, 1)):  # its own sequence, older, newer
+            assert int(write(reactions.WRITE_FENCES, [{**fence, "source_seq_ms": seq}], **b)) == wrote, seq
+    assert w.fence("g", "m1") == 150 and cid
 
 
 class StatementCounter:
     def __init__(self, monkeypatch):
         from tidings.store.engine import Tx
 
-        self.n = 0
-        original = Tx.execute
+        self.names: list[str] = []
+        original, original_many = Tx.execute, Tx.execute_many
 
         def counting(tx, stmt, params=None):
-            self.n += 1
+            self.names.append(stmt.name)
             return original(tx, stmt, params)
 
+        def counting_many(tx, stmt, rows):
+            self.names.append(stmt.name)
+            return original_many(tx, stmt, rows)
+
         monkeypatch.setattr(Tx, "execute", counting)
+        monkeypatch.setattr(Tx, "execute_many", counting_many)
 
     def frame(self, w, events, **kw):
-        self.n = 0
+        self.names = []
         w.frame(events, **kw)
-        return self.n
+        return self.names
 
 
 def test_statement_budget_per_frame(store, monkeypatch):
-    """Few statements per event, and none for what is known to be unchanged (this pins
-    the projection's Python-side skips, which the SQL guards would otherwise mask)."""
+    """One read per table family a frame touches, whatever the number of rows, and one
+    write per family it changed; nothing for what is unchanged (this pins the batch's
+    in-memory skips, which the SQL guards would otherwise mask; D115)."""
     sig, goo = World(store, "signal"), World(store, "google")
     bob = ref("+15550100", "Bob", platform="signal")
     count = StatementCounter(monkeypatch)
-    # identity read+insert, mint, message insert, roster ensure + touch (PostgreSQL: the ensure
-    # and its touch are one statement)
-    assert count.frame(sig, [msg("signal:+15550100", "bob:1", bob, at=1_000)]) == (
-        5 if store.dialect == "postgresql" else 6)
+    signal_reads = ["identities.read_by_keys", "conversations.read_by_remote_ids", "participants.read_members",
+                    "bridge_messages.read_by_ids"]
+    # a new sender, conversation, roster entry (with the conversation's touch) and message
+    assert count.frame(sig, [msg("signal:+15550100", "bob:1", bob, at=1_000)]) == [
+        *signal_reads, "identities.write_rows", "conversations.write_rows", "participants.write_rows",
+        "bridge_messages.write_rows"]
     second = [msg("signal:+15550100", "bob:2", bob, at=2_000)]
-    assert count.frame(sig, second) == 4  # identity read, bump, insert, ensure
-    assert count.frame(sig, second) == 5  # ... and the guarded update that writes nothing
+    # the recency bump and the new message; the sender and its roster place are unchanged
+    assert count.frame(sig, second) == [*signal_reads, "conversations.write_rows", "bridge_messages.write_rows"]
+    assert count.frame(sig, second) == signal_reads  # a repeat writes nothing
 
     gbob = ref("+15550100", "Bob")
     goo.frame([gmsg("c1", "m0", gbob, at=500)], received_at_ms=50)
     frame = [gmsg("c1", "m1", gbob, at=1_000), react("c1", "m1", gbob, "👍")]
-    assert count.frame(goo, frame, received_at_ms=100) == 5  # identity, bump, insert, reaction, fence
-    assert count.frame(goo, frame, received_at_ms=100) == 6  # + update, fence read, reactions read; no write
-    assert count.frame(goo, frame, received_at_ms=200) == 7  # + the fence advance
+    google_reads = ["identities.read_by_keys", "conversations.read_by_remote_ids", "bridge_messages.read_by_ids",
+                    "reactions.read_of_messages", "fences.read"]
+    assert count.frame(goo, frame, received_at_ms=100) == [
+        *google_reads, "conversations.write_rows", "bridge_messages.write_rows", "reactions.write_rows",
+        "fences.write_rows"]
+    assert count.frame(goo, frame, received_at_ms=100) == google_reads  # unchanged: no write
+    assert count.frame(goo, frame, received_at_ms=200) == [*google_reads, "fences.write_rows"]  # the fence moves
 
     goo.frame([group_snapshot()])
-    # 21 identity reads, the conversation read, the roster read: nothing else
-    assert count.frame(goo, [group_snapshot()]) == 23
+    # 21 identities, the conversation and its roster, one read each family: nothing else
+    assert count.frame(goo, [group_snapshot()]) == [
+        "identities.read_by_keys", "conversations.read_by_remote_ids", "participants.read_rosters"]

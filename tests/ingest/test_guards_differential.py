@@ -1,4 +1,7 @@
-"""Guard differential (spec §6.3): the guarded statements against the naive, unguarded ones.
+"""Guard differential (spec §6.3): the guarded writes against the naive, unguarded statements.
+
+The guarded side is each table family's batch (``store/batch_rows.py``, D115), one
+operation a batch: its rows read, the operation applied, the batch flushed (``once``).
 
 The naive statements are kept verbatim below as the reference. Every property runs the
 same random operations against both, on two bridges of the same store (the guarded one
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_projection_support import make_bridge
+from test_projection_support import make_bridge, once
 
-from tidings.store import bridge_messages, conversations, identities, reactions
-from tidings.store.conversations import RosterError, RosterRow
+from tidings.store.bridge_messages import Messages
+from tidings.store.conversations import Conversations, RosterError, RosterRow
 from tidings.store.engine import is_integrity_error
+from tidings.store.identities import Identities
+from tidings.store.reactions import Reactions
 from tidings.store.reactions import SnapshotEntry
 from tidings.store.sql import PerDialect, Stmt
 
@@ -204,11 +209,14 @@ def test_upsert_identity_matches_the_unguarded_upsert(store, ops):
             canonical = f"+1555000{who}"
             raw = {"": canonical, " ": "  ", "spaced": f"+1 555 000{who}"}[spelling]
             results = []
-            for bridge, stmt in ((guarded, identities.UPSERT), (reference, LEGACY_UPSERT_IDENTITY)):
-                params = {"id": f"{bridge}/{who}/{variant}", "bridge_id": bridge, "kind": kind,
-                          "canonical": canonical, "raw": raw, "display_name": name, "is_self": is_self,
-                          "metadata": metadata, "now": now}
-                results.append(outcome(tx, lambda: tx.rowcount(stmt, params)))
+            for bridge in (guarded, reference):
+                params = {"id": f"{bridge}/{who}/{variant}", "kind": kind, "canonical": canonical, "raw": raw,
+                          "display_name": name, "is_self": is_self, "metadata": metadata, "now": now}
+                if bridge == guarded:
+                    results.append(outcome(tx, lambda: once(tx, Identities, guarded, lambda r: r.upsert(**params))))
+                else:
+                    results.append(outcome(tx, lambda: tx.rowcount(LEGACY_UPSERT_IDENTITY,
+                                                                   {**params, "bridge_id": bridge})))
             same_errors(*results)
             if results[0][0] == "ok":
                 key = (kind, canonical)
@@ -255,10 +263,15 @@ def test_upsert_conversation_and_recency_match_the_unguarded_statements(store, o
                 now += advance
                 remote = f"r{which}"
                 results = []
-                for bridge, stmt in ((guarded, conversations.UPSERT), (reference, LEGACY_UPSERT_CONVERSATION)):
-                    params = {"id": f"{bridge}/{which}/{variant}", "bridge_id": bridge, "remote_id": remote,
-                              "kind": kind, "title": title, "remote_revision": revision, "now": now}
-                    results.append(outcome(tx, lambda: tx.rowcount(stmt, params)))
+                for bridge in (guarded, reference):
+                    params = {"id": f"{bridge}/{which}/{variant}", "remote_id": remote, "kind": kind, "title": title,
+                              "remote_revision": revision, "now": now}
+                    if bridge == guarded:
+                        results.append(outcome(tx, lambda: once(tx, Conversations, guarded,
+                                                                lambda r: r.upsert(**params))))
+                    else:
+                        results.append(outcome(tx, lambda: tx.rowcount(LEGACY_UPSERT_CONVERSATION,
+                                                                       {**params, "bridge_id": bridge})))
                 same_errors(*results)
                 if results[0][0] == "ok":
                     content = (kind, title, revision)
@@ -273,7 +286,8 @@ def test_upsert_conversation_and_recency_match_the_unguarded_statements(store, o
                     assert ids[reference] is None
                     continue
                 current = tx.scalar(LAST_MESSAGE_AT, {"id": ids[guarded]})
-                wrote = conversations.bump_recency(tx, ids[guarded], at)
+                wrote = once(tx, Conversations, guarded, lambda r: r.mint_or_bump(
+                    id=ids[guarded], remote_id=f"r{which}", kind="group", at_ms=at, now=now))
                 assert wrote == (current < at)  # exactly one row iff strictly newer
                 tx.execute(LEGACY_BUMP_RECENCY, {"id": ids[reference], "at": at})
             compare(tx, CONVERSATION_SQL, guarded, reference, 1, {k: v[1] for k, v in model.items()})
@@ -299,11 +313,19 @@ roster_ops = st.lists(
 
 
 def _roster_world(tx, bridge, now):
-    conversations.upsert(tx, id=f"{bridge}/c", bridge_id=bridge, remote_id="c", kind="group", title="",
-                         remote_revision=None, now=now)
+    once(tx, Conversations, bridge, lambda r: r.upsert(id=f"{bridge}/c", remote_id="c", kind="group", title="",
+                                                       remote_revision=None, now=now))
     for i in range(4):
-        identities.upsert(tx, id=f"{bridge}/i{i}", bridge_id=bridge, kind="username", canonical=f"u{i}",
-                          raw=f"u{i}", display_name="", is_self=False, now=now)
+        once(tx, Identities, bridge, lambda r: r.upsert(id=f"{bridge}/i{i}", kind="username", canonical=f"u{i}",
+                                                        raw=f"u{i}", display_name="", is_self=False, now=now))
+
+
+def _sync(tx, bridge, cid, rows, now):
+    def op(convs):
+        convs.get("c")  # the conversation as the projection has it, read before its roster
+        return convs.rosters.sync(conversation_id=cid, rows=rows, touched_at_ms=now)
+
+    return once(tx, Conversations, bridge, op)
 
 
 @SETTINGS
@@ -323,8 +345,7 @@ def test_roster_sync_matches_delete_and_reinsert(store, ops):
                 rows = [RosterRow(f"{bridge}/i{i}", role, name, active) for i, role, name, active in entries]
                 cid = f"{bridge}/missing" if missing else f"{bridge}/c"
                 if bridge == guarded:
-                    fn = lambda: conversations.sync_roster(tx, conversation_id=cid, bridge_id=bridge, rows=rows,
-                                                           touched_at_ms=now)
+                    fn = lambda: _sync(tx, bridge, cid, rows, now)
                 else:
                     fn = lambda: legacy_replace_roster(tx, conversation_id=cid, bridge_id=bridge, rows=rows)
                 results.append(outcome(tx, fn))
@@ -356,14 +377,14 @@ snapshot_ops = st.lists(
 
 
 def _message_world(tx, bridge, now):
-    conversations.upsert(tx, id=f"{bridge}/c", bridge_id=bridge, remote_id="c", kind="group", title="",
-                         remote_revision=None, now=now)
-    identities.upsert(tx, id=f"{bridge}/x", bridge_id=bridge, kind="username", canonical="x", raw="x",
-                      display_name="", is_self=False, now=now)
+    once(tx, Conversations, bridge, lambda r: r.upsert(id=f"{bridge}/c", remote_id="c", kind="group", title="",
+                                                       remote_revision=None, now=now))
+    once(tx, Identities, bridge, lambda r: r.upsert(id=f"{bridge}/x", kind="username", canonical="x", raw="x",
+                                                    display_name="", is_self=False, now=now))
     for i in range(2):
-        bridge_messages.insert(tx, id=f"{bridge}/m{i}", bridge_id=bridge, conversation_id=f"{bridge}/c",
-                               remote_message_id=f"m{i}", sender_identity_id=None, direction="incoming", body="",
-                               reply_to_remote_id=None, occurred_at_ms=1, now=now)
+        once(tx, Messages, bridge, lambda r: r.upsert(
+            id=f"{bridge}/m{i}", conversation_id=f"{bridge}/c", remote_message_id=f"m{i}", sender_identity_id=None,
+            direction="incoming", body="", reply_to_remote_id=None, occurred_at_ms=1, now=now))
 
 
 @SETTINGS
@@ -387,17 +408,16 @@ def test_reaction_snapshot_matches_the_unguarded_fence(store, ops):
                         entries[f"anon:{emoji}"] = SnapshotEntry(None, False, emoji, 5)
                     else:
                         entries[f"{bridge}/x"] = SnapshotEntry(f"{bridge}/x", False, emoji, 5)
-                kw = dict(message_id=f"{bridge}/m{which}", bridge_id=bridge, conversation_id=f"{bridge}/c",
-                          entries=entries)
+                kw = dict(message_id=f"{bridge}/m{which}", conversation_id=f"{bridge}/c", entries=entries)
                 if bridge == guarded:
                     before = tx.scalar(LEGACY_FENCE, {"message_id": f"{bridge}/m{which}"})
-                    result = reactions.apply_snapshot(tx, **kw, source_seq_ms=seq, now=now)
+                    result = once(tx, Reactions, bridge, lambda r: r.apply_snapshot(**kw, source_seq_ms=seq, now=now))
                     accepted.append(result.accepted)
                     assert result.fence_written == (result.accepted and (before is None or seq > before))
                     if result.fence_written:
                         fence_advanced[(f"m{which}",)] = now
                 else:
-                    accepted.append(legacy_replace_reactions(tx, **kw, seq=seq, now=now))
+                    accepted.append(legacy_replace_reactions(tx, **kw, bridge_id=bridge, seq=seq, now=now))
             assert accepted[0] == accepted[1]
             assert accepted[0] == (seq >= (tx.scalar(LEGACY_FENCE, {"message_id": f"{reference}/m{which}"}) or 0))
             compare(tx, REACTION_SQL, guarded, reference, 2)
@@ -437,12 +457,12 @@ def test_message_upsert_matches_the_unguarded_upsert(store, ops):
                 _, which, has_sender, direction, body, reply, occurred, advance = op
                 now += advance
                 for bridge in (guarded, reference):
-                    values = dict(id=f"{bridge}/m{which}", bridge_id=bridge, conversation_id=f"{bridge}/c",
+                    values = dict(id=f"{bridge}/m{which}", conversation_id=f"{bridge}/c",
                                   remote_message_id=f"m{which}",
                                   sender_identity_id=f"{bridge}/x" if has_sender else None, direction=direction,
                                   body=body, reply_to_remote_id=reply, occurred_at_ms=occurred, now=now)
                     if bridge == guarded:
-                        result = bridge_messages.upsert(tx, **values)
+                        result = once(tx, Messages, bridge, lambda r: r.upsert(**values))
                     else:
                         tx.execute(LEGACY_UPSERT_MESSAGE, {
                             "id": values["id"], "bridge_id": bridge, "conversation_id": values["conversation_id"],
@@ -465,10 +485,11 @@ def test_message_upsert_matches_the_unguarded_upsert(store, ops):
                 changes = []
                 for bridge in (guarded, reference):
                     if op[0] == "edit":
-                        changes.append(bridge_messages.edit(tx, id=f"{bridge}/m{which}", body=op[2], at_ms=op[3],
-                                                            now=now))
+                        changes.append(once(tx, Messages, bridge, lambda r: r.edit(
+                            id=f"{bridge}/m{which}", body=op[2], at_ms=op[3], now=now)))
                     else:
-                        changes.append(bridge_messages.delete(tx, id=f"{bridge}/m{which}", at_ms=5, now=now))
+                        changes.append(once(tx, Messages, bridge, lambda r: r.delete(
+                            id=f"{bridge}/m{which}", at_ms=5, now=now)))
                 assert (changes[0] is None) == (changes[1] is None)
                 key = (f"m{which}",)
                 if changes[0] is not None:

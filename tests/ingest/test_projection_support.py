@@ -25,12 +25,12 @@ from tidings.ingest.events import (
 from tidings.ingest.projection import (
     MessageChange,
     ProjectionContext,
-    announce_reads,
     conversation_id_for,
     identity_id_for,
     message_id_for,
     project_frame,
 )
+from tidings.store.batch_rows import Journal, Writer
 from tidings.store.engine import Store
 
 _seq = itertools.count(1)
@@ -72,6 +72,16 @@ def make_bridge(store: Store, platform: str = "google", *, owner_id: str | None 
             (bridge_id, platform, f"bridge {n}", owner_id, system, 1),
         )
     return bridge_id
+
+
+def once(tx: Any, family: Any, bridge_id: str, op: Any) -> Any:
+    """``op`` on a fresh batch of the table ``family`` (``Identities``, ``Conversations``,
+    ``Messages``, ``Reactions``, ``ReadCursors``) for ``bridge_id`` (its rows read when first
+    used), then that batch's flush: one operation, as a one-frame batch runs it (D115)."""
+    rows = family(tx, Journal(), bridge_id)
+    result = op(rows)
+    rows.flush(Writer(tx))
+    return result
 
 
 # -- event builders ----------------------------------------------------------------------
@@ -126,8 +136,8 @@ class World:
     """One bridge on a store; ``frame(events)`` projects them in one write transaction.
 
     ``World.behind`` (set per test by ``test_projection.py``'s ``projection_mode``): the
-    transaction sends its writes behind and the frame's reads are announced first, as apply
-    on append does on PostgreSQL (D105); every projection rule must hold either way."""
+    transaction sends its writes behind, with the ``COMMIT``, as apply on append does on
+    PostgreSQL (D105, D115); every projection rule must hold either way."""
 
     behind = False
 
@@ -163,7 +173,6 @@ class World:
         with self.store.write() as tx:
             if self.behind:
                 tx.write_behind = True
-                announce_reads(tx, self.bridge_id, self.platform, events)
             return project_frame(tx, ctx, events)
 
     def counts(self) -> dict[str, int]:

@@ -11,9 +11,10 @@ import pytest
 
 from tidings.bridges.registry import create_bridge
 from tidings.replay.writecount import MARK_TABLE, REPLAY_TABLE, ReplayCounter
-from tidings.store import conversations, identities
 from tidings.store import inbox as inbox_store
-from tidings.store.conversations import RosterRow
+from tidings.store.batch_rows import Journal, Writer
+from tidings.store.conversations import Conversations, RosterRow
+from tidings.store.identities import Identities
 
 
 @pytest.fixture
@@ -26,8 +27,16 @@ def counter(store):
 
 
 def ident(tx, bridge, n, name="A", now=10):
-    return identities.upsert(tx, id=f"idn_{n}", bridge_id=bridge, kind="e164", canonical=f"+1555000{n}",
-                             raw=f"+1555000{n}", display_name=name, is_self=False, now=now)
+    rows = Identities(tx, Journal(), bridge)
+    rows.upsert(id=f"idn_{n}", kind="e164", canonical=f"+1555000{n}", raw=f"+1555000{n}", display_name=name,
+                is_self=False, now=now)
+    rows.flush(Writer(tx))
+
+
+def touch(tx, conversation_id, now):
+    """A bare touch of a conversation's ``updated_at_ms``."""
+    ph = "?" if tx.dialect == "sqlite" else "%s"
+    tx.raw(f"UPDATE conversations SET updated_at_ms = {ph} WHERE id = {ph}", (now, conversation_id))
 
 
 def frame_edge(tx, bridge, key):
@@ -67,26 +76,33 @@ def test_a_conversation_touch_counts_only_after_a_roster_change_in_the_same_fram
     bridge = create_bridge(store, platform="google", name="g")["id"]
     with store.write() as tx:
         ident(tx, bridge, 1)
-        conversations.upsert(tx, id="conv_1", bridge_id=bridge, remote_id="c1", kind="group", title="T",
-                             remote_revision=None, now=10)
+        convs = Conversations(tx, Journal(), bridge)
+        convs.upsert(id="conv_1", remote_id="c1", kind="group", title="T", remote_revision=None, now=10)
+        convs.flush(Writer(tx))
     # A frame whose roster changed: the touch records it (effective).
     with store.write() as tx:
         frame_edge(tx, bridge, "a")
-        conversations.sync_roster(tx, conversation_id="conv_1", bridge_id=bridge,
-                                  rows=[RosterRow("idn_1", "member", "A", True)], touched_at_ms=20)
+        convs = Conversations(tx, Journal(), bridge)
+        convs.get("c1")
+        convs.rosters.sync(conversation_id="conv_1", rows=[RosterRow("idn_1", "member", "A", True)],
+                           touched_at_ms=20)
+        convs.flush(Writer(tx))
         frame_edge(tx, bridge, "b")
     # A frame with no roster change: a bare touch is wasted.
     with store.write() as tx:
         frame_edge(tx, bridge, "c")
-        assert conversations.touch(tx, "conv_1", 30)
+        touch(tx, "conv_1", 30)
     # The roster mark does not outlive its frame.
     with store.write() as tx:
         frame_edge(tx, bridge, "d")
-        conversations.ensure_participant(tx, conversation_id="conv_1", identity_id="idn_1", bridge_id=bridge,
-                                         display_name="A")  # already there: no write, no mark
+        convs = Conversations(tx, Journal(), bridge)
+        convs.get("c1")
+        assert not convs.rosters.ensure_and_touch(conversation_id="conv_1", identity_id="idn_1",
+                                                  display_name="A", now=35)  # already there: no write, no mark
+        convs.flush(Writer(tx))
         tx.raw("DELETE FROM conversation_participants")
         frame_edge(tx, bridge, "e")
-        assert conversations.touch(tx, "conv_1", 40)
+        touch(tx, "conv_1", 40)
     got = counter.snapshot()["conversations"]
     assert (got["insert"], got["update"]) == (1, 3)
     assert got["touch"] == 1 and got["wasted"] == 2 and got["effective"] == 2

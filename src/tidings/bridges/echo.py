@@ -18,8 +18,10 @@ the key is the part after the last ``:``; on WhatsApp and Google it is the whole
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from ..store import outbox as outbox_store
+from ..store.batch_rows import Journal, Table, Writer, read_all, rows_json
 from ..store.engine import Tx
 from ..store.sql import Stmt
 
@@ -32,29 +34,81 @@ def echo_key(remote_message_id: str) -> str:
     return remote_message_id.rsplit(":", 1)[-1]
 
 
+class Claims:
+    """The echo claims of a batch of frames of one bridge (``ingest/batch.py``): the
+    outbox items that its outgoing messages may echo are read once, under each
+    conversation's echo lock (``want`` and ``reads``); ``claim`` links the unlinked ones;
+    ``flush`` writes those links in one statement."""
+
+    __slots__ = ("tx", "journal", "bridge_id", "table", "links")
+
+    def __init__(self, tx: Tx, journal: Journal, bridge_id: str) -> None:
+        self.tx = tx
+        self.journal = journal
+        self.bridge_id = bridge_id
+        # (conversation id, echo key) -> ((item id, echo message id or None), ...) in seq order
+        self.table = Table(journal)
+        self.links: dict[str, tuple[str, int]] = {}  # item id -> (echo message id, now), to write
+
+    def want(self, conversation_id: str, remote_message_id: str) -> None:
+        if ENABLED:
+            self.table.want((conversation_id, echo_key(remote_message_id)))
+
+    def reads(self) -> list[Any]:
+        keys = self.table.take_wanted()
+        if not keys:
+            return []
+        for conversation_id in sorted({cid for cid, _ in keys}):
+            _serialize(self.tx, conversation_id)  # the locks go first, in the same round trip
+
+        def take(rows: list[tuple[Any, ...]]) -> None:
+            found: dict[tuple[str, str], list[tuple[str, str | None]]] = {key: [] for key in keys}
+            for cid, remote_id, item_id, echo, _seq in rows:
+                found[(cid, remote_id)].append((item_id, echo))
+            for key in keys:
+                self.table.load(key, tuple(found[key]))
+
+        params = {"bridge_id": self.bridge_id,
+                  "keys": rows_json([{"conversation_id": c, "remote_id": r} for c, r in keys])}
+        return [(outbox_store.ECHO_CANDIDATES_OF, params, take)]
+
+    def claim(self, *, conversation_id: str, message_id: str, remote_message_id: str, now: int) -> bool:
+        """An outgoing message (Signal sync sent, WhatsApp IsFromMe, Google isMe): link the
+        items it echoes that no message echoes yet. Returns whether any item matched."""
+        if not ENABLED:
+            return False
+        key = (conversation_id, echo_key(remote_message_id))
+        table = self.table
+        if not table.known(key):
+            table.want(key)
+            read_all(self.tx, self.reads())
+        items = table.get(key)
+        if any(echo is None for _, echo in items):
+            for item_id, echo in items:
+                if echo is None:
+                    self.journal.put(self.links, item_id, (message_id, now))
+            table.put(key, tuple((item_id, echo or message_id) for item_id, echo in items))
+        return bool(items)
+
+    def flush(self, send: Writer) -> None:
+        if self.links:
+            rows = [{"id": item_id, "echo_message_id": mid, "updated_at_ms": now}
+                    for item_id, (mid, now) in self.links.items()]
+            send(outbox_store.SET_ECHOES, rows)
+            for item_id in list(self.links):
+                self.journal.drop(self.links, item_id)
+            self.table.written([key for key, _, _ in list(self.table.changed())])
+
+
 def claim(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,
-          now: int, announced: bool = False) -> bool:
-    """An outgoing message (Signal sync sent, WhatsApp IsFromMe, Google isMe): link the
-    item it echoes, if any. Returns whether it matched. ``announced``: ``announce`` took
-    the lock already, in this frame."""
-    if not ENABLED:
-        return False
-    if not announced:
-        _serialize(tx, conversation_id)
-    rows = outbox_store.echo_candidates(tx, bridge_id, conversation_id, echo_key(remote_message_id))
-    for item_id, _remote, echo in rows:
-        if echo is None:
-            outbox_store.set_echo(tx, item_id, message_id, now)
-    return bool(rows)
-
-
-def announce(tx: Tx, *, bridge_id: str, conversation_id: str, remote_message_id: str) -> None:
-    """Announce ``claim``'s lock and read (``Tx.defer``, ``Tx.read_ahead``; PostgreSQL), so
-    they ride in an earlier round trip of the frame: the lock still goes first."""
-    if not ENABLED or tx.dialect != "postgresql":
-        return
-    _serialize(tx, conversation_id)
-    outbox_store.read_ahead_echo_candidates(tx, bridge_id, conversation_id, echo_key(remote_message_id))
+          now: int) -> bool:
+    """``Claims.claim`` for one message on its own: the lock and the read now, the link
+    written now. Returns whether it matched."""
+    claims = Claims(tx, Journal(), bridge_id)
+    matched = claims.claim(conversation_id=conversation_id, message_id=message_id,
+                           remote_message_id=remote_message_id, now=now)
+    claims.flush(Writer(tx))
+    return matched
 
 
 def claim_incoming(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,

@@ -27,6 +27,7 @@ from ..faults import Faults
 from ..store import inbox as inbox_store
 from ..store.engine import Tx, is_integrity_error
 from . import cluster_drain, projection
+from .batch import Batch
 from .counters import INGEST_COUNTERS, BridgeCounters
 from .decoders import DECODERS, DecodeError, decode_frame
 from .events import InvalidEvent, validate_event
@@ -233,16 +234,14 @@ class FrameApplier:
         return platform
 
     def decode_ahead(self, tx: Tx, att: Attempt, row: FrameRow, doc: Any = None) -> Decoded:
-        """Decode ``row`` before its inbox insert (apply on append), so the projection's
-        reads can be announced with that insert (``projection.announce_reads``). Never
-        raises: a failure is kept, and ``apply(decoded=...)`` raises it where ``apply``
-        would have raised it itself. Nothing is counted here."""
+        """Decode ``row`` before its apply (apply on append decodes a request's frames
+        first, so that one read brings the rows they all touch). Never raises: a failure
+        is kept, and ``apply(decoded=...)`` raises it where ``apply`` would have raised it
+        itself. Nothing is counted here."""
         try:
             events, platform = self._decode(tx, att, row, doc)
         except Exception as exc:  # noqa: BLE001 - raised by apply, in order
             return Decoded(None, None, exc)
-        if tx.write_behind:
-            projection.announce_reads(tx, row[0], cast(str, platform), events, self.on_message)
         return Decoded(events, platform, None)
 
     def _decode(self, tx: Tx, att: Attempt, row: FrameRow, doc: Any) -> tuple[list[Any], str | None]:
@@ -267,14 +266,15 @@ class FrameApplier:
     @metrics.timed_frame_apply
     def apply(
         self, tx: Tx, inbox_id: str, att: Attempt, row: FrameRow | None = None, mark: bool = True,
-        doc: Any = None, decoded: Decoded | None = None,
+        doc: Any = None, decoded: Decoded | None = None, batch: Batch | None = None,
     ) -> tuple[Outcome, StagedCounters | None]:
         """Load, decode and project one frame inside ``tx``; mark it applied.
 
         THE one implementation of "apply one frame", for the drain and for apply on append
         (which passes the ``row`` it is inserting instead of loading it, ``mark=False``
-        because that row is inserted already marked, and ``doc``, the parsed object the
-        row's payload text was made from, so the decoder does not parse it again). Raises
+        because that row is inserted already marked, ``doc``, the parsed object the row's
+        payload text was made from, so the decoder does not parse it again, and the
+        ``batch`` its frames are projected in, whose rows it read and flushes). Raises
         ``FrameRejected`` (or any deterministic error) to quarantine, a transient database
         error to retry, ``Gone`` when someone else finished the frame first.
         """
@@ -284,10 +284,11 @@ class FrameApplier:
                 row = cluster_drain.claim_frame(tx, inbox_id, self.clock.now_ms())
             else:
                 row = inbox_store.claim_unprocessed(tx, inbox_id, self.clock.now_ms())
+                if row is not None:
+                    # Every writer of a bridge's projection rows holds its lock (ingest/batch.py).
+                    inbox_store.lock_bridge_appends(tx, row[0])
             if row is None:
                 return GONE, None
-            if tx.write_behind and decoded is None:  # the drain: its reads go out together (D106)
-                decoded = self.decode_ahead(tx, att, row, doc)
         bridge_id, received_at_ms = row[0], row[3]
         if decoded is None:
             events, platform = self._decode(tx, att, row, doc)
@@ -310,11 +311,25 @@ class FrameApplier:
             now_ms=self.clock.now_ms(),
             counters=staged,
             on_message=self.on_message,
+            batch=batch,
         )
         self.project(tx, ctx, events)
         if mark and not claimed and not inbox_store.mark_applied(tx, inbox_id, self.clock.now_ms()):
             raise Gone()
         return APPLIED, staged
+
+    def batch(self, tx: Tx, bridge_id: str, decoded: list[Decoded]) -> Batch | None:
+        """A batch for frames of ``bridge_id`` decoded ahead (apply on append), with the
+        rows they touch asked for; the caller reads it (``Batch.read``). None when the
+        projection is a test seam, which reads and writes on its own."""
+        if self.project is not projection.project_frame:
+            return None
+        platform = next((d.platform for d in decoded if d.platform is not None), None)
+        batch = Batch(tx, bridge_id, platform or "", self.on_message)
+        for d in decoded:
+            if d.events is not None:
+                projection.want_rows(batch, d.events)
+        return batch
 
     def quarantined(self, inbox_id: str, bridge_id: str | None, codec: str | None, cause: str) -> None:
         """Count and log a frame that was marked quarantined (after its commit)."""

@@ -11,13 +11,18 @@ savepoint rolls back and the row is inserted unprocessed for the worker (``LEFT`
 append commits either way. The outcome classification is the drain's (``is_transient``,
 ``cause_of``), not a copy.
 
+The frames of a request are decoded first, and one ``Batch`` (``ingest/batch.py``, D115)
+holds the projection rows they all touch: read once, inside the first frame's savepoint
+and in the round trip of its first statement; each frame's rules run against those rows
+in memory (a frame that fails is taken back whole); the changed rows go out after the last
+frame, one statement per table, behind, with the ``COMMIT``. A write that fails there
+loses the append transaction (``WriteBehindFailed``), which ``Ingest.append`` makes again
+without apply on append.
+
 On PostgreSQL the first frame of an append is inserted speculatively: the order check's
 read is announced ahead (``Tx.read_ahead``) and rides in the insert's round trip; a frame
 that turns out held up is taken back with its savepoint and stored unprocessed (``HELD``,
-D82). Each frame is decoded before its insert, so that the projection's reads ride with the
-insert too, and the projection's writes go behind (``Tx.later``; D105): a write that fails
-outside its frame's savepoint loses the append transaction (``WriteBehindFailed``), which
-``Ingest.append`` makes again without apply on append.
+D82).
 
 A request of several frames on PostgreSQL (``RequestRows``, D113) inserts no row inside a
 frame's savepoint: the frames stored under the request's dedupe keys are read once, in the
@@ -29,6 +34,7 @@ inserts store; the frames are applied in the same order, each still in its savep
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, cast
@@ -45,12 +51,15 @@ from .apply import (
     LEFT,
     QUARANTINED,
     Attempt,
+    Decoded,
     FrameApplier,
     FrameRow,
     Outcome,
     cause_of,
 )
 from .backoff import RetrySchedule
+from .batch import Batch
+from .projection import may_call_hook
 
 log = structlog.get_logger("tidings.ingest")
 
@@ -164,17 +173,19 @@ def read_ahead_held_up(tx: Tx, retries: RetrySchedule, bridge_id: str, received_
 def insert_applied(
     applier: FrameApplier, tx: Tx, inbox_id: str, bridge_id: str, frame: Any, received_at_ms: int,
     held_up: Callable[[], bool] | None = None, rows: RequestRows | None = None,
+    decoded: Decoded | None = None, batch: Batch | None = None,
 ) -> Outcome:
     """Insert a new frame and apply it, in one SAVEPOINT of the caller's transaction.
 
     The inbox row is written once, already carrying its outcome: ``APPLIED`` (the
     projection and the row together; counters added once ``tx`` commits). On failure
-    the savepoint takes the row back with the projection, and the row is written again
-    as the drain would have left it: ``QUARANTINED`` with its cause (a deterministic
-    failure) or unprocessed, ``LEFT`` for the drain (a transient one). ``DUPLICATE``:
-    the bridge's dedupe key is already stored; nothing was written. Safe on any thread:
-    it touches no per-frame state of the worker. An error that breaks ``tx`` itself
-    propagates; the caller's transaction is then lost.
+    the savepoint takes the row back and the frame's changes to ``batch`` are taken back
+    with it, and the row is written again as the drain would have left it:
+    ``QUARANTINED`` with its cause (a deterministic failure) or unprocessed, ``LEFT`` for
+    the drain (a transient one). ``DUPLICATE``: the bridge's dedupe key is already
+    stored; nothing was written. Safe on any thread: it touches no per-frame state of the
+    worker. An error that breaks ``tx`` itself propagates; the caller's transaction is
+    then lost.
 
     ``held_up`` (PostgreSQL's apply on append): asked right after the insert, inside the
     savepoint; True rolls the savepoint back and stores the row unprocessed (``HELD``).
@@ -183,6 +194,10 @@ def insert_applied(
     ``rows`` (a request of several frames on PostgreSQL): nothing is inserted here. The
     duplicate check is ``rows.stored`` (whose read rides with the frame's reads), and the
     row, with the outcome it would have been written with, joins ``rows`` (D113).
+
+    ``decoded`` and ``batch``: the frame decoded ahead, and the batch of its request,
+    whose read is announced here (the first frame's round trip carries it) and taken
+    before the frame is projected.
     """
     row: FrameRow = (bridge_id, frame.codec, frame.codec_version, received_at_ms, frame.payload)
     now = applier.clock.now_ms()
@@ -194,27 +209,32 @@ def insert_applied(
         else:
             rows.add(inbox_id, frame, **outcome)
 
+    scope = batch.frame() if batch is not None else contextlib.nullcontext()
     try:
-        with tx.savepoint():
+        with tx.savepoint(), scope:
             try:
                 doc = getattr(frame, "doc", None)
-                # Decoded first, so the projection's reads ride with the insert (D105).
-                decoded = applier.decode_ahead(tx, att, row, doc) if tx.write_behind else None
+                if batch is not None:
+                    batch.announce()  # (the first frame's: rides with its first statement)
                 if rows is not None:
-                    if rows.stored(tx, frame.dedupe_key) is not None:
-                        return DUPLICATE
-                elif not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED):
+                    duplicate = rows.stored(tx, frame.dedupe_key) is not None
+                else:
+                    duplicate = not insert_row(tx, inbox_id, row, frame, processed_at_ms=now, outcome=APPLIED)
+                if batch is not None:
+                    batch.read()  # (answered by the round trip that just ran)
+                if duplicate:
                     return DUPLICATE
                 if held_up is not None and held_up():
                     raise _HeldUp()
-                _outcome, staged = applier.apply(tx, inbox_id, att, row, mark=False, doc=doc, decoded=decoded)
+                _outcome, staged = applier.apply(tx, inbox_id, att, row, mark=False, doc=doc, decoded=decoded,
+                                                 batch=batch)
             except WriteBehindFailed:
                 raise  # an earlier frame's write: the whole transaction is lost, not this frame
             except Exception as exc:
                 raise _AttemptFailed(exc) from exc
     except _AttemptFailed as failed:
         # The savepoint was rolled back cleanly (had that failed too, its own error would
-        # have propagated instead): ``tx`` is as it was before this frame.
+        # have propagated instead): ``tx`` is as it was before this frame, and so is ``batch``.
         error = failed.exc
         if isinstance(error, _HeldUp):
             store()
@@ -230,7 +250,7 @@ def insert_applied(
             return LEFT
         cause = cause_of(error)
         store(processed_at_ms=now, outcome=QUARANTINED, cause=cause)
-        codec = att.codec
+        codec = att.codec if att.codec is not None else frame.codec
 
         def quarantined() -> None:
             applier.quarantined(inbox_id, bridge_id, codec, cause)
@@ -258,12 +278,14 @@ class AppendApplier:
     the bridge has no older unprocessed frame other than those the worker is backing off
     (``held_up``, checked once, before the first); from the first frame left to the drain
     on, the rest are stored unprocessed too, so the drain takes them in receipt order.
-    ``left`` counts the new frames left unprocessed. A request of several frames on
-    PostgreSQL keeps its rows in ``rows`` and inserts them in one statement (``finish``;
-    ``RequestRows``, D113).
+    ``left`` counts the new frames left unprocessed. ``begin`` decodes every frame of the
+    request and asks one ``Batch`` for the rows they touch; ``finish`` flushes it. A
+    request of several frames on PostgreSQL keeps its rows in ``rows`` and inserts them in
+    one statement (``finish``; ``RequestRows``, D113).
     """
 
-    __slots__ = ("applier", "retries", "bridge_id", "received_at_ms", "applying", "left", "rows")
+    __slots__ = ("applier", "retries", "bridge_id", "received_at_ms", "applying", "left", "rows", "batch",
+                 "decoded", "_next")
 
     def __init__(self, applier: FrameApplier, retries: RetrySchedule, bridge_id: str, received_at_ms: int) -> None:
         self.applier = applier
@@ -273,12 +295,23 @@ class AppendApplier:
         self.applying: bool | None = None
         self.left = 0
         self.rows: RequestRows | None = None
+        self.batch: Batch | None = None
+        self.decoded: list[Decoded] = []
+        self._next = 0
 
     def begin(self, tx: Tx, frames: list[Any]) -> None:
-        """Before the request's first frame: a request of several frames whose writes go
-        behind keeps its rows for one insert."""
+        """Before the request's first frame: decode every frame, and ask one batch for the
+        rows they touch; a request of several frames whose writes go behind keeps its
+        rows for one insert."""
         if tx.write_behind and len(frames) > 1:
             self.rows = RequestRows(tx, self.bridge_id, self.received_at_ms, frames)
+        applier, bridge_id, received_at_ms = self.applier, self.bridge_id, self.received_at_ms
+        self.decoded = [
+            applier.decode_ahead(tx, Attempt(), (bridge_id, f.codec, f.codec_version, received_at_ms, f.payload),
+                                 getattr(f, "doc", None))
+            for f in frames
+        ]
+        self.batch = applier.batch(tx, bridge_id, self.decoded)
 
     def stored(self, tx: Tx, frame: Any) -> tuple[Any, ...] | None:
         """(inbox_id, codec, codec_version, payload) of the frame stored under the key of
@@ -288,13 +321,19 @@ class AppendApplier:
         return inbox_store.frame_by_dedupe(tx, self.bridge_id, frame.dedupe_key)
 
     def finish(self, tx: Tx) -> None:
-        """After the request's last frame: its rows go out (behind, with the ``COMMIT``)."""
+        """After the request's last frame: the batch's rows, then the request's inbox
+        rows, go out (behind, with the ``COMMIT``)."""
+        if self.batch is not None:
+            self.batch.flush()
         if self.rows is not None:
             self.rows.send(tx)
 
     def __call__(self, tx: Tx, inbox_id: str, frame: Any) -> bool:
         """Store ``frame`` as ``inbox_id`` (applied if it may be); False for a duplicate."""
-        rows = self.rows
+        index = self._next
+        self._next += 1
+        decoded = self.decoded[index] if index < len(self.decoded) else None
+        rows, batch = self.rows, self.batch
         if rows is not None and rows.full():
             rows.send(tx)  # between two frames: outside either's savepoint
         if self.applying is None and tx.dialect == "postgresql":
@@ -305,6 +344,7 @@ class AppendApplier:
             outcome = insert_applied(
                 self.applier, tx, inbox_id, bridge_id, frame, received_at_ms,
                 held_up=lambda: held_up(tx, retries, clock, bridge_id, received_at_ms, inbox_id), rows=rows,
+                decoded=decoded, batch=batch,
             )
             if outcome == DUPLICATE:
                 return False  # not decided yet: the next new frame asks again
@@ -317,8 +357,10 @@ class AppendApplier:
                 tx, self.retries, self.applier.clock, self.bridge_id, self.received_at_ms, inbox_id
             )
         if self.applying:
+            if batch is not None and decoded is not None and decoded.events and may_call_hook(batch, decoded.events):
+                batch.flush()  # the hook reads the store: earlier frames' rows first, outside this frame
             outcome = insert_applied(self.applier, tx, inbox_id, self.bridge_id, frame, self.received_at_ms,
-                                     rows=rows)
+                                     rows=rows, decoded=decoded, batch=batch)
             if outcome == DUPLICATE:
                 return False
             if outcome == LEFT:

@@ -50,13 +50,12 @@ from functools import lru_cache
 from hashlib import sha256
 from typing import Any
 
-from ..bridges import echo
 from ..counters import Counters
-from ..store import attachments, bridge_messages, conversations, identities, reactions, read_cursors
 from ..store.conversations import RosterError, RosterRow
-from ..store.engine import NO_ROWS, Rows, Tx
+from ..store.engine import Tx
 from ..store.reactions import SELF_REACTOR, SnapshotEntry
 from .attachments import metadata as attachment_metadata
+from .batch import Batch
 from .events import (
     PLATFORMS,
     ConversationEvent,
@@ -73,15 +72,16 @@ from .events import (
 __all__ = [
     "MessageChange",
     "ProjectionContext",
-    "announce_reads",
     "ProjectionError",
     "ROLES",
     "conversation_id_for",
     "derive_id",
     "identity_id_for",
     "infer_conversation_kind",
+    "may_call_hook",
     "message_id_for",
     "project_frame",
+    "want_rows",
 ]
 
 ROLES = frozenset({"member", "admin", "owner", "unknown"})
@@ -125,11 +125,13 @@ class ProjectionContext:
     now_ms: int  # store clock now (for created/updated stamps)
     counters: Counters  # this bridge's counters (tidings.ingest.counters.INGEST_COUNTERS)
     # The message hook (bridge links): called for every new incoming message and applied
-    # edit or delete. A hook may also have ``acts_on(tx, conversation_id) -> bool`` (False:
-    # it does nothing for that conversation, so its messages may go behind) and
-    # ``announce(tx, conversation_id)`` (announces the read ``acts_on`` makes); one without
-    # them is taken to act on every conversation.
+    # edit or delete in a conversation it acts on. A hook may also have
+    # ``acts_on(tx, conversation_id) -> bool`` (False: it does nothing for that
+    # conversation) and ``announce(tx, conversation_id)`` (announces the read ``acts_on``
+    # makes, so it rides with the batch's read); one without them acts on every conversation.
     on_message: Callable[[Tx, MessageChange], None] | None = None
+    # The batch this frame is projected in (``ingest/batch.py``); None: a batch of its own.
+    batch: Batch | None = None
 
 
 # -- ids ---------------------------------------------------------------------------------
@@ -186,50 +188,56 @@ def infer_conversation_kind(platform: str, remote_conversation_id: str) -> str:
 _BUCKET = {ConversationEvent: 0, MessageEvent: 1, MessageMutationEvent: 2, ReactionEvent: 3, ReceiptEvent: 4}
 
 
-def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool | Rows:
-    """Apply one frame's events in ``tx``; truthy when any row changed. With writes sent
-    behind (``Tx.later``) whose outcome decides it, a ``Rows`` that tells when read (reading
-    it before the commit costs a round trip; apply on append never reads it)."""
+def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
+    """Apply one frame's events in ``tx``; True when any row changed.
+
+    With ``ctx.batch`` (a ``Batch`` whose ``read`` covered these events, ``want_rows``) the
+    rules run against the batch's rows and the batch's owner flushes them; a failure takes
+    the frame's changes back whole. Without one, the frame is a batch of its own: read,
+    projected and flushed here (behind the ``COMMIT`` when ``tx`` writes behind)."""
     if ctx.platform not in PLATFORMS:
         raise ProjectionError(f"unknown platform {ctx.platform!r}; expected one of {sorted(PLATFORMS)}")
     buckets: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
-    convs, msgs, muts, reacts, receipts = buckets
     for i, ev in enumerate(events):
         index = _BUCKET.get(type(ev))
         if index is None:
             raise ProjectionError(f"event {i} is a {type(ev).__name__}, not one of the five event kinds")
         buckets[index].append(ev)
+    batch = ctx.batch
+    if batch is not None:
+        return _project(tx, ctx, batch, buckets)
+    batch = Batch(tx, ctx.bridge_id, ctx.platform, ctx.on_message)
+    want_rows(batch, events)
+    batch.read()
+    changed = _project(tx, ctx, batch, buckets)
+    batch.flush()
+    return changed
 
-    frame = _Frame(tx, ctx)
-    for ev in convs:
-        frame.conversation(ev)
-    if msgs:
-        frame.messages(msgs)
-    for ev in muts:
-        frame.mutation(ev)
-    if reacts or frame.snapshots:
-        frame.reactions(reacts)
-    for ev in receipts:
-        frame.receipt(ev)
 
-    counts, behind = frame.counts, frame.behind
-    if counts or behind:
+def _project(tx: Tx, ctx: ProjectionContext, batch: Batch, buckets: tuple[list[Any], ...]) -> bool:
+    convs, msgs, muts, reacts, receipts = buckets
+    with batch.frame():
+        frame = _Frame(tx, ctx, batch)
+        for ev in convs:
+            frame.conversation(ev)
+        if msgs:
+            frame.messages(msgs)
+        for ev in muts:
+            frame.mutation(ev)
+        if reacts or frame.snapshots:
+            frame.reactions(reacts)
+        for ev in receipts:
+            frame.receipt(ev)
+    counts = frame.counts
+    if counts:
         counters = ctx.counters
 
         def add_counts() -> None:
-            for name, rows, if_none in behind:  # every write has run: the commit did
-                n = int(rows)
-                if if_none:
-                    n = 0 if n else 1
-                if n:
-                    counts[name] = counts.get(name, 0) + n
             for name, n in counts.items():
                 counters.incr(name, n)
 
         tx.after_commit(add_counts)
-    if frame.changed or not frame.pending:
-        return frame.changed
-    return sum(frame.pending, NO_ROWS)
+    return frame.changed
 
 
 def key_of(platform: str, ref: IdentityRef, what: str) -> tuple[str, str]:
@@ -243,146 +251,124 @@ def key_of(platform: str, ref: IdentityRef, what: str) -> tuple[str, str]:
         raise ProjectionError(f"{what}: {exc}") from None
 
 
-def announce_reads(tx: Tx, bridge_id: str, platform: str, events: list[Event], hook: Any = None) -> None:
-    """Announce (``Tx.read_ahead``, PostgreSQL) the reads ``project_frame`` will make of
-    ``events`` whose answers nothing the frame writes before them can change, so they ride
-    in the round trip of an earlier statement (apply on append: the frame's inbox insert).
+def want_rows(batch: Batch, events: list[Any]) -> None:
+    """Ask ``batch`` for every row ``project_frame`` will read or write for ``events``
+    (``Batch.want``), so that one read brings them all. Every key is derived from the
+    events (D8): the identities of senders, roster entries and reactors; the
+    conversations; whole rosters of conversation snapshots and the senders' places in the
+    rosters that senders join; the messages written, mutated, reacted to and receipted
+    (and, where receipts locate messages by remote id, those); the reactions and fences
+    of the messages reacted to; the read cursors receipts may move; the outbox items an
+    outgoing message may echo; and whether the hook acts on a conversation. Anything it
+    leaves out is read when first used."""
+    platform, bridge_id = batch.platform, batch.bridge_id
+    if platform not in PLATFORMS:
+        return  # (``project_frame`` rejects it)
+    identities, conversations, rosters = batch.identities, batch.conversations, batch.rosters
+    messages, reactions, cursors = batch.messages, batch.reactions, batch.cursors
+    hook = batch.hook is not None
+    sender_roster = platform in SENDER_ROSTER_PLATFORMS
 
-    They are: the identities of the senders, of the roster entries and of the reactors
-    (the frame writes an identity only after reading it), each conversation snapshot's
-    row (the conversation pass reads it first), each snapshot message's fence and
-    reactions (no earlier pass writes them), an outgoing message's echo lock and read, the
-    messages that mutations and delta reactions name and receipts read (unless the frame
-    writes them first), and a conversation snapshot's roster (withdrawn when the
-    conversation's row is written before the roster is read). With a message ``hook``
-    that can say which conversations it acts on: that read, for each conversation whose
-    incoming messages (without attachments) or mutations the frame carries.
-    A read that the projection does not make after all is forgotten when the frame's
-    savepoint ends (``Tx.savepoint``), so it never answers a later frame."""
-    if tx.dialect != "postgresql" or platform not in PLATFORMS:
-        return  # (an unknown platform is ``project_frame``'s to reject)
-    keys: list[tuple[str, str]] = []
-    refs: list[IdentityRef] = []
-    # Messages this frame writes: a read of one of them must wait for that write.
-    written = {message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id)
-               for ev in events if isinstance(ev, MessageEvent)}
-    targets: list[str] = []  # rows the frame reads, each by id, before any write of its own
-    for ev in events:
-        if isinstance(ev, MessageMutationEvent):
-            targets.append(message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id))
-        elif isinstance(ev, ReactionEvent) and platform not in SNAPSHOT_PLATFORMS:
-            mid = message_id_for(bridge_id, ev.remote_conversation_id, ev.target_remote_message_id)
-            if mid not in written and mid not in targets:
-                bridge_messages.read_ahead_exists(tx, mid)
-        elif isinstance(ev, ReceiptEvent) and ev.status == "read" and ev.actor.is_self:
-            for remote_message_id in ev.remote_message_ids:
-                mid = message_id_for(bridge_id, ev.remote_conversation_id, remote_message_id)
-                if mid not in written and mid not in targets:
-                    bridge_messages.read_ahead_occurred_at(tx, mid)
-    for mid in targets:
-        if mid not in written:
-            bridge_messages.read_ahead_exists(tx, mid)
-    announce_hook = getattr(hook, "announce", None)  # (with ``acts_on``, which reads it)
-    if announce_hook is not None:
-        hooked: set[str] = set()
-        for ev in events:
-            if (isinstance(ev, MessageEvent) and ev.direction == "incoming" and not ev.attachments) or (
-                isinstance(ev, MessageMutationEvent) and ev.kind in ("edit", "delete")
-            ):
-                cid = conversation_id_for(bridge_id, ev.remote_conversation_id)
-                if cid not in hooked:
-                    hooked.add(cid)
-                    announce_hook(tx, cid)
-    for ev in events:
-        if isinstance(ev, MessageEvent):
-            refs.append(ev.sender)
-            if ev.reactions_snapshot and platform in SNAPSHOT_PLATFORMS:
-                reactions.read_ahead_snapshot(tx, message_id_for(bridge_id, ev.remote_conversation_id,
-                                                                 ev.remote_message_id))
-            if ev.direction == "outgoing":
-                echo.announce(tx, bridge_id=bridge_id, conversation_id=conversation_id_for(
-                    bridge_id, ev.remote_conversation_id), remote_message_id=ev.remote_message_id)
-        elif isinstance(ev, ReactionEvent):
-            refs.append(ev.actor)
-        elif isinstance(ev, ConversationEvent):
-            refs.extend(part.identity for part in ev.participants)
-            conversations.read_ahead_by_key(tx, bridge_id, ev.remote_conversation_id)
-            conversations.read_ahead_roster(tx, conversation_id_for(bridge_id, ev.remote_conversation_id))
-    seen: set[tuple[str, str]] = set()
-    for ref in refs:
+    def identity(ref: Any) -> tuple[str, str] | None:
         try:
             key = key_of(platform, ref, "")
         except ProjectionError:
-            continue  # the projection rejects it, in order
-        if key[0] != "anonymous" and key not in seen:
-            seen.add(key)
-            keys.append(key)
-    for kind_, canonical in keys:
-        identities.read_ahead_by_key(tx, bridge_id, kind_, canonical)
+            return None  # the projection rejects it, in order
+        if key[0] == "anonymous":
+            return None
+        identities.want(*key)
+        return key
+
+    for ev in events:
+        kind = type(ev)
+        if kind is MessageEvent:
+            remote_conv = ev.remote_conversation_id
+            cid = conversation_id_for(bridge_id, remote_conv)
+            mid = message_id_for(bridge_id, remote_conv, ev.remote_message_id)
+            conversations.want(remote_conv)
+            messages.want(mid)
+            key = identity(ev.sender)
+            if ev.reactions_snapshot and platform in SNAPSHOT_PLATFORMS:
+                reactions.want(mid)
+            if ev.direction == "outgoing":
+                batch.echoes.want(cid, ev.remote_message_id)
+            else:
+                if sender_roster and key is not None:
+                    rosters.want_member(cid, identity_id_for(bridge_id, *key))
+                if hook:
+                    batch.want_hook(cid)
+        elif kind is ReceiptEvent:
+            if ev.status == "read" and ev.actor.is_self:
+                cursors.want(conversation_id_for(bridge_id, ev.remote_conversation_id))
+                for remote_message_id in ev.remote_message_ids:
+                    messages.want(message_id_for(bridge_id, ev.remote_conversation_id, remote_message_id))
+                    if platform in RECEIPTS_LOCATE_BY_REMOTE_ID:
+                        messages.want_remote(remote_message_id)
+                        cursors.want_of_remote(remote_message_id)
+        elif kind is ReactionEvent:
+            identity(ev.actor)
+            if platform not in SNAPSHOT_PLATFORMS:
+                mid = message_id_for(bridge_id, ev.remote_conversation_id, ev.target_remote_message_id)
+                messages.want(mid)
+                reactions.want(mid)
+        elif kind is MessageMutationEvent:
+            messages.want(message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id))
+            if hook:
+                batch.want_hook(conversation_id_for(bridge_id, ev.remote_conversation_id))
+        elif kind is ConversationEvent:
+            conversations.want(ev.remote_conversation_id)
+            rosters.want_roster(conversation_id_for(bridge_id, ev.remote_conversation_id))
+            for part in ev.participants:
+                identity(part.identity)
+
+
+def may_call_hook(batch: Batch, events: list[Any]) -> bool:
+    """Whether projecting ``events`` may call the message hook (a new incoming message or
+    an edit or delete, in a conversation the hook acts on): the hook reads the store, so
+    what earlier frames of the batch changed is flushed before such a frame starts."""
+    if batch.hook is None:
+        return False
+    bridge_id = batch.bridge_id
+    for ev in events:
+        kind = type(ev)
+        if (kind is MessageEvent and ev.direction == "incoming") or kind is MessageMutationEvent:
+            if batch.hook_acts_on(conversation_id_for(bridge_id, ev.remote_conversation_id)):
+                return True
+    return False
 
 
 class _Snapshot:
-    __slots__ = ("message_id", "conversation_id", "new", "entries")
+    __slots__ = ("message_id", "conversation_id", "entries")
 
-    def __init__(self, message_id: str, conversation_id: str, new: bool) -> None:
+    def __init__(self, message_id: str, conversation_id: str) -> None:
         self.message_id = message_id
         self.conversation_id = conversation_id
-        self.new = new
         self.entries: dict[str, SnapshotEntry] = {}
 
 
 class _Frame:
-    """The state of one frame's projection: caches, counts, and the per-kind passes."""
+    """The state of one frame's projection: counts, and the per-kind passes."""
 
-    __slots__ = ("tx", "ctx", "bridge_id", "platform", "now", "idents", "conv_ids", "snapshots", "counts", "changed",
-                 "behind", "pending", "write_behind", "hooked")
+    __slots__ = ("tx", "ctx", "batch", "bridge_id", "platform", "now", "conv_ids", "snapshots", "counts", "changed")
 
-    def __init__(self, tx: Tx, ctx: ProjectionContext) -> None:
+    def __init__(self, tx: Tx, ctx: ProjectionContext, batch: Batch) -> None:
         self.tx = tx
         self.ctx = ctx
+        self.batch = batch
         self.bridge_id = ctx.bridge_id
         self.platform = ctx.platform
         self.now = ctx.now_ms
-        # (kind, canonical) -> [id, raw, display_name, is_self, metadata], as stored now
-        self.idents: dict[tuple[str, str], list[Any]] = {}
         self.conv_ids: dict[str, str] = {}
         self.snapshots: dict[tuple[str, str], _Snapshot] = {}
         self.counts: dict[str, int] = {}
         self.changed = False
-        # Counts of writes still waiting behind (``Tx.later``): (counter, rows, if_none),
-        # resolved once the transaction has committed (``project_frame``).
-        self.behind: list[tuple[str, Rows, bool]] = []
-        self.pending: list[Rows] = []  # writes whose outcome decides ``changed``, not run yet
-        self.write_behind = tx is not None and tx.write_behind and tx.dialect == "postgresql"
-        self.hooked: dict[str, bool] = {}  # conversation id -> whether the message hook acts on it
-
-    def hook_acts_on(self, conversation_id: str) -> bool:
-        """Whether the message hook (``ctx.on_message``) acts on this conversation's
-        messages: False without a hook, True for a hook that cannot tell. Read once a frame."""
-        hook = self.ctx.on_message
-        if hook is None:
-            return False
-        acts_on = getattr(hook, "acts_on", None)
-        if acts_on is None:
-            return True
-        known = self.hooked.get(conversation_id)
-        if known is None:
-            known = self.hooked[conversation_id] = bool(acts_on(self.tx, conversation_id))
-        return known
 
     def count(self, name: str, n: int = 1) -> None:
         if n:
             self.counts[name] = self.counts.get(name, 0) + n
 
-    def wrote(self, counter: str, n: int | Rows = 1) -> None:
-        """Count ``n`` rows written under ``counter``. ``Rows`` not known yet (writes waiting
-        behind) are counted after the commit."""
-        if isinstance(n, Rows):
-            if not n.known():
-                self.behind.append((counter, n, False))
-                self.pending.append(n)
-                return
-            n = int(n)
+    def wrote(self, counter: str, n: int = 1) -> None:
+        """Count ``n`` rows written under ``counter``."""
         if n:
             self.counts[counter] = self.counts.get(counter, 0) + n
             self.changed = True
@@ -393,12 +379,19 @@ class _Frame:
             cid = self.conv_ids[remote_conversation_id] = conversation_id_for(self.bridge_id, remote_conversation_id)
         return cid
 
+    def call_hook(self, change: MessageChange) -> None:
+        """Tell the message hook, which reads the store: the frame's rows go first."""
+        on_message = self.ctx.on_message
+        if on_message is not None:
+            self.batch.flush()
+            on_message(self.tx, change)
+
     # -- identities --------------------------------------------------------------------
     def key_of(self, ref: IdentityRef, what: str) -> tuple[str, str]:
         return key_of(self.platform, ref, what)
 
-    def identity(self, ref: IdentityRef, what: str, key: tuple[str, str] | None = None) -> list[Any]:
-        """Resolve (create or merge) a non-anonymous identity; ``[id, raw, name, is_self, metadata]``."""
+    def identity(self, ref: IdentityRef, what: str, key: tuple[str, str] | None = None) -> tuple[str, str, str, bool]:
+        """Resolve (create or merge) a non-anonymous identity; ``(id, raw, name, is_self)``."""
         if key is None:
             key = self.key_of(ref, what)
         kind, canonical = key
@@ -406,50 +399,23 @@ class _Frame:
             raise ProjectionError(f"{what}: an anonymous identity ({ref.raw!r}) cannot be {what}")
         raw = ref.raw.strip()
         name = ref.name.strip()
-        stored = self.idents.get(key)
+        identities = self.batch.identities
+        stored = identities.get(kind, canonical)
         if stored is None:
-            row = identities.by_key(self.tx, self.bridge_id, kind, canonical)
-            if row is None:
-                iid = identity_id_for(self.bridge_id, kind, canonical)
-                self.wrote("identities_written", identities.upsert(
-                    self.tx, id=iid, bridge_id=self.bridge_id, kind=kind, canonical=canonical, raw=raw,
-                    display_name=name, is_self=ref.is_self, now=self.now,
-                ))
-                stored = self.idents[key] = [iid, raw, name, ref.is_self, "{}"]
-                return stored
-            stored = self.idents[key] = [row[0], row[1], row[2], bool(row[3]), row[4]]
-        new_name = name or stored[2]
-        new_self = stored[3] or ref.is_self
-        if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:
+            iid = identity_id_for(self.bridge_id, kind, canonical)
             self.wrote("identities_written", identities.upsert(
-                self.tx, id=stored[0], bridge_id=self.bridge_id, kind=kind, canonical=canonical, raw=raw,
-                display_name=new_name, is_self=new_self, metadata=stored[4], now=self.now,
+                id=iid, kind=kind, canonical=canonical, raw=raw, display_name=name, is_self=ref.is_self,
+                now=self.now,
             ))
-            stored[1], stored[2], stored[3] = raw, new_name, new_self
-        return stored
-
-    def read_ahead_senders(self, msgs: list[MessageEvent]) -> None:
-        """Announce the stored rows of the senders not read yet: on PostgreSQL they come
-        back in the recency bump's round trip (``read_ahead_identities``). A sender whose
-        key is bad is left to ``identity`` to reject, in order."""
-        keys = []
-        for ev in msgs:
-            try:
-                keys.append(self.key_of(ev.sender, "sender"))
-            except ProjectionError:
-                continue
-        self.read_ahead_identities(keys)
-
-    def read_ahead_identities(self, keys: list[tuple[str, str]]) -> None:
-        """Announce the stored rows of these identities not read yet (``Tx.read_ahead``):
-        on PostgreSQL they ride with the frame's next statement. Safe because this frame
-        writes an identity only after it has read it (``identity``), and a write of one
-        identity changes no other's row. SQLite: nothing (a read costs no round trip)."""
-        if self.tx.dialect != "postgresql":
-            return
-        for kind, canonical in keys:
-            if kind != "anonymous" and (kind, canonical) not in self.idents:
-                identities.read_ahead_by_key(self.tx, self.bridge_id, kind, canonical)
+            return iid, raw, name, ref.is_self
+        new_name = name or stored.display_name
+        new_self = stored.is_self or ref.is_self
+        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:
+            self.wrote("identities_written", identities.upsert(
+                id=stored.id, kind=kind, canonical=canonical, raw=raw, display_name=new_name, is_self=new_self,
+                metadata=stored.metadata, now=self.now,
+            ))
+        return stored.id, raw, new_name, new_self
 
     # -- conversations -----------------------------------------------------------------
     def conversation(self, ev: ConversationEvent) -> None:
@@ -475,35 +441,33 @@ class _Frame:
             seen[key] = i
             prepared.append((part.identity, key, role, bool(part.active)))
 
-        # The participants' identities come back in the conversation read's round trip.
-        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])
+        conversations = self.batch.conversations
         cid = self.conv_id(remote)
-        stored = conversations.by_key(self.tx, self.bridge_id, remote)
+        stored = conversations.get(remote)
         if stored is not None:
-            cid = self.conv_ids[remote] = stored[0]
-        if stored is None or (stored[1], stored[2], stored[3]) != (ev.kind, ev.title, ev.remote_revision):
+            cid = self.conv_ids[remote] = stored.id
+        if stored is None or (stored.kind, stored.title, stored.remote_revision) != (
+            ev.kind, ev.title, ev.remote_revision
+        ):
             self.wrote("conversations_written", conversations.upsert(
-                self.tx, id=cid, bridge_id=self.bridge_id, remote_id=remote, kind=ev.kind, title=ev.title,
-                remote_revision=ev.remote_revision, now=self.now,
+                id=cid, remote_id=remote, kind=ev.kind, title=ev.title, remote_revision=ev.remote_revision,
+                now=self.now,
             ))
-            conversations.drop_roster_ahead(self.tx, cid)  # announced before this write: read afresh
 
         rows = [
             RosterRow(self.identity(ref, f"{what}: participant", key)[0], role, ref.name, active)
             for ref, key, role, active in prepared
         ]
         try:
-            written = conversations.sync_roster(
-                self.tx, conversation_id=cid, bridge_id=self.bridge_id, rows=rows, touched_at_ms=self.now
-            )
+            written = conversations.rosters.sync(conversation_id=cid, rows=rows, touched_at_ms=self.now)
         except RosterError as exc:  # pragma: no cover - the checks above come first
             raise ProjectionError(f"{what}: {exc}") from None
         self.wrote("roster_changes", written)
 
     # -- messages ----------------------------------------------------------------------
     def messages(self, msgs: list[MessageEvent]) -> None:
-        tx, bridge_id, now, platform = self.tx, self.bridge_id, self.now, self.platform
-        self.read_ahead_senders(msgs)
+        batch, bridge_id, now, platform = self.batch, self.bridge_id, self.now, self.platform
+        conversations, messages = batch.conversations, batch.messages
         # One mint-or-bump per conversation, with the newest message time of the frame.
         newest: dict[str, int] = {}
         for ev in msgs:
@@ -512,12 +476,11 @@ class _Frame:
                 newest[ev.remote_conversation_id] = ev.occurred_at_ms
         for remote, at in newest.items():
             self.wrote("conversations_written", conversations.mint_or_bump(
-                tx, id=self.conv_id(remote), bridge_id=bridge_id, remote_id=remote,
-                kind=infer_conversation_kind(platform, remote), at_ms=at, now=now,
+                id=self.conv_id(remote), remote_id=remote, kind=infer_conversation_kind(platform, remote),
+                at_ms=at, now=now,
             ))
 
         sender_roster = platform in SENDER_ROSTER_PLATFORMS
-        on_message = self.ctx.on_message
         for index, ev in enumerate(msgs):
             if index:
                 self.count("imported")
@@ -527,93 +490,58 @@ class _Frame:
             mid = message_id_for(bridge_id, remote_conv, ev.remote_message_id)
             direction = ev.direction
             if direction == "outgoing":  # an incoming echo is claimed by the link hook (bridges/echo.py)
-                echo.claim(tx, bridge_id=bridge_id, conversation_id=cid, message_id=mid,
-                           remote_message_id=ev.remote_message_id, now=now,
-                           announced=self.write_behind and cid == conversation_id_for(bridge_id, remote_conv))
+                batch.echoes.claim(conversation_id=cid, message_id=mid, remote_message_id=ev.remote_message_id,
+                                   now=now)
             incoming = direction == "incoming"
-            ensure = sender_roster and incoming and not sender[3]
-            # Sent behind, the upsert's outcome is not known until the commit: fine unless
-            # attachments or the link hook depend on "inserted" (a reaction snapshot then
-            # reads the message's reactions and fence, empty for a new message: same rows).
-            behind = self.write_behind and not ev.attachments and not (incoming and self.hook_acts_on(cid))
-            if ensure and not behind and tx.dialect == "postgresql":
-                # Independent of the message row: rides in the upsert's round trip.
-                conversations.ensure_participant_ahead(
-                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2],
-                    now=now,
-                )
-            fields = {
-                "id": mid, "bridge_id": bridge_id, "conversation_id": cid, "remote_message_id": ev.remote_message_id,
-                "sender_identity_id": sender[0], "direction": direction, "body": ev.body,
-                "reply_to_remote_id": ev.reply_to_remote_id, "occurred_at_ms": ev.occurred_at_ms, "now": now,
-            }
-            result: str | None = None
-            if behind:
-                self.wrote("messages_written", bridge_messages.upsert_behind(tx, **fields))
-            else:
-                result = bridge_messages.upsert(tx, **fields)
-                if result is not None:
-                    self.wrote("messages_written")
-            if result == "inserted" and ev.attachments:  # metadata, with the message only (D61)
-                attachments.insert_all(tx, mid, bridge_id, [attachment_metadata(a) for a in ev.attachments])
-            if ensure:
-                self.wrote("roster_changes", conversations.ensure_and_touch(
-                    tx, conversation_id=cid, identity_id=sender[0], bridge_id=bridge_id, display_name=sender[2],
-                    now=now,
+            result = messages.upsert(
+                id=mid, conversation_id=cid, remote_message_id=ev.remote_message_id,
+                sender_identity_id=sender[0], direction=direction, body=ev.body,
+                reply_to_remote_id=ev.reply_to_remote_id, occurred_at_ms=ev.occurred_at_ms, now=now,
+            )
+            if result is not None:
+                self.wrote("messages_written")
+            if result == "inserted":
+                batch.reactions.new_message(mid)
+                if ev.attachments:  # metadata, with the message only (D61)
+                    batch.attachments.add(mid, [attachment_metadata(a) for a in ev.attachments])
+            if sender_roster and incoming and not sender[3]:
+                self.wrote("roster_changes", conversations.rosters.ensure_and_touch(
+                    conversation_id=cid, identity_id=sender[0], display_name=sender[2], now=now,
                 ))
             if ev.reactions_snapshot:
-                self.snapshots[(remote_conv, ev.remote_message_id)] = _Snapshot(mid, cid, result == "inserted")
-            if on_message is not None and incoming and result == "inserted":  # (never when behind)
-                on_message(
-                    tx,
-                    MessageChange(
-                        kind="new", bridge_id=bridge_id, conversation_id=cid, message_id=mid,
-                        remote_message_id=ev.remote_message_id, sender_identity_id=sender[0],
-                        direction=direction, body=ev.body, occurred_at_ms=ev.occurred_at_ms,
-                    ),
-                )
+                self.snapshots[(remote_conv, ev.remote_message_id)] = _Snapshot(mid, cid)
+            if incoming and result == "inserted" and batch.hook_acts_on(cid):
+                self.call_hook(MessageChange(
+                    kind="new", bridge_id=bridge_id, conversation_id=cid, message_id=mid,
+                    remote_message_id=ev.remote_message_id, sender_identity_id=sender[0],
+                    direction=direction, body=ev.body, occurred_at_ms=ev.occurred_at_ms,
+                ))
+                messages.forget(mid)  # the hook may have claimed it as our own echo (made it outgoing)
 
     # -- mutations ---------------------------------------------------------------------
     def mutation(self, ev: MessageMutationEvent) -> None:
+        messages = self.batch.messages
         mid = message_id_for(self.bridge_id, ev.remote_conversation_id, ev.remote_message_id)
-        if self.write_behind and ev.kind in ("edit", "delete") and not self.hook_acts_on(
-            self.conv_id(ev.remote_conversation_id)
-        ):
-            # Only counts depend on it: the existence read (announced with the inbox insert)
-            # first, then the write behind; a missing message is left unwritten, as the
-            # guarded write would leave it.
-            if not bridge_messages.exists(self.tx, mid):
-                self.count("mutations_orphaned")
-                return
-            if ev.kind == "edit":
-                rows = bridge_messages.edit_behind(self.tx, id=mid, body=ev.body, at_ms=ev.occurred_at_ms, now=self.now)
-            else:
-                rows = bridge_messages.delete_behind(self.tx, id=mid, at_ms=ev.occurred_at_ms, now=self.now)
-            self.wrote("mutations", rows)
-            self.wrote("messages_written", rows)
-            return
         if ev.kind == "edit":
-            change = bridge_messages.edit(self.tx, id=mid, body=ev.body, at_ms=ev.occurred_at_ms, now=self.now)
+            change = messages.edit(id=mid, body=ev.body, at_ms=ev.occurred_at_ms, now=self.now)
         elif ev.kind == "delete":
-            change = bridge_messages.delete(self.tx, id=mid, at_ms=ev.occurred_at_ms, now=self.now)
+            change = messages.delete(id=mid, at_ms=ev.occurred_at_ms, now=self.now)
         else:
             raise ProjectionError(f"mutation of {ev.remote_message_id!r}: unknown kind {ev.kind!r}")
         if change is None:
-            if not bridge_messages.exists(self.tx, mid):
+            if not messages.exists(mid):
                 self.count("mutations_orphaned")
             return
         self.count("mutations")
         self.wrote("messages_written")
-        if self.ctx.on_message is not None:
-            self.ctx.on_message(
-                self.tx,
-                MessageChange(
-                    kind=ev.kind, bridge_id=self.bridge_id, conversation_id=self.conv_id(ev.remote_conversation_id),
-                    message_id=mid, remote_message_id=ev.remote_message_id,
-                    sender_identity_id=change.sender_identity_id, direction=change.direction,
-                    body=ev.body if ev.kind == "edit" else "", occurred_at_ms=ev.occurred_at_ms,
-                ),
-            )
+        cid = self.conv_id(ev.remote_conversation_id)
+        if self.batch.hook_acts_on(cid):
+            self.call_hook(MessageChange(
+                kind=ev.kind, bridge_id=self.bridge_id, conversation_id=cid, message_id=mid,
+                remote_message_id=ev.remote_message_id, sender_identity_id=change.sender_identity_id,
+                direction=change.direction, body=ev.body if ev.kind == "edit" else "",
+                occurred_at_ms=ev.occurred_at_ms,
+            ))
 
     # -- reactions ---------------------------------------------------------------------
     def reactor(self, ref: IdentityRef, what: str) -> tuple[str, str | None, bool]:
@@ -627,7 +555,8 @@ class _Frame:
         return ident[0], ident[0], False
 
     def reactions(self, reacts: list[ReactionEvent]) -> None:
-        tx, bridge_id, now = self.tx, self.bridge_id, self.now
+        batch, bridge_id, now = self.batch, self.bridge_id, self.now
+        reactions, messages = batch.reactions, batch.messages
         snapshot_platform = self.platform in SNAPSHOT_PLATFORMS
         for ev in reacts:
             what = f"reaction on {ev.target_remote_message_id!r}"
@@ -643,28 +572,25 @@ class _Frame:
                 self.count("reactions_orphaned")
                 continue
             mid = message_id_for(bridge_id, ev.remote_conversation_id, ev.target_remote_message_id)
-            if not bridge_messages.exists(tx, mid):
+            if not messages.exists(mid):
                 self.count("reactions_orphaned")
                 continue
             key, identity_id, is_self = self.reactor(ev.actor, what)
             removed = ev.action == "remove"
             self.wrote("reactions_removed" if removed else "reactions_applied", reactions.apply_delta(
-                tx, message_id=mid, reactor_key=key, bridge_id=bridge_id,
-                conversation_id=self.conv_id(ev.remote_conversation_id), identity_id=identity_id,
-                is_self=is_self, emoji=ev.emoji, removed=removed, occurred_at_ms=ev.occurred_at_ms,
-                source_seq_ms=self.ctx.received_at_ms, now=now,
+                message_id=mid, reactor_key=key, conversation_id=self.conv_id(ev.remote_conversation_id),
+                identity_id=identity_id, is_self=is_self, emoji=ev.emoji, removed=removed,
+                occurred_at_ms=ev.occurred_at_ms, source_seq_ms=self.ctx.received_at_ms, now=now,
             ))
         seq = self.ctx.received_at_ms
         for snap in self.snapshots.values():
             result = reactions.apply_snapshot(
-                tx, message_id=snap.message_id, bridge_id=bridge_id, conversation_id=snap.conversation_id,
-                entries=snap.entries, source_seq_ms=seq, now=now, new_message=snap.new,
+                message_id=snap.message_id, conversation_id=snap.conversation_id, entries=snap.entries,
+                source_seq_ms=seq, now=now,
             )
             self.wrote("reactions_applied", result.applied)
             self.wrote("reactions_removed", result.removed)
-            if not result.fence_written.known():
-                self.pending.append(result.fence_written)
-            elif result.fence_written:
+            if result.fence_written:
                 self.changed = True
 
     # -- receipts ----------------------------------------------------------------------
@@ -672,26 +598,24 @@ class _Frame:
         if ev.status != "read" or not ev.actor.is_self:
             self.count("receipts_dropped")
             return
+        messages = self.batch.messages
         home = self.conv_id(ev.remote_conversation_id)
         best: dict[str, tuple[int, str]] = {}  # conversation id -> its newest message named
         for remote_message_id in ev.remote_message_ids:
             conv, mid = home, message_id_for(self.bridge_id, ev.remote_conversation_id, remote_message_id)
-            at = bridge_messages.occurred_at(self.tx, mid)
+            at = messages.occurred_at(mid)
             if at is None and self.platform in RECEIPTS_LOCATE_BY_REMOTE_ID:
-                found = bridge_messages.locate_remote(self.tx, self.bridge_id, remote_message_id)
+                found = messages.locate_remote(remote_message_id)
                 if found is not None:
                     mid, conv, at = found
             if at is not None and (conv not in best or (at, mid) > best[conv]):
                 best[conv] = (at, mid)
-        written = NO_ROWS
+        written = 0
         for conv, (at, mid) in best.items():
-            rows = read_cursors.advance(
-                self.tx, conversation_id=conv, bridge_id=self.bridge_id,
-                message_id=mid, message_at_ms=at, read_at_ms=ev.occurred_at_ms, now=self.now,
+            rows = self.batch.cursors.advance(
+                conversation_id=conv, message_id=mid, message_at_ms=at, read_at_ms=ev.occurred_at_ms, now=self.now,
             )
             self.wrote("receipts_self", rows)
             written += rows
-        if not written.known():
-            self.behind.append(("receipts_dropped", written, True))
-        elif not written:
+        if not written:
             self.count("receipts_dropped")

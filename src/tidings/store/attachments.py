@@ -14,15 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .batch_rows import Journal, Writer, per_dialect, rowset
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
-INSERT = Stmt(
-    "INSERT INTO attachments (message_id, ordinal, bridge_id, name, content_type, size_bytes, width, height, "
-    "caption, remote_id, sha256) VALUES (:message_id, :ordinal, :bridge_id, :name, :content_type, :size_bytes, "
-    ":width, :height, :caption, :remote_id, :sha256) ON CONFLICT DO NOTHING",
-    name="attachments.insert",
-)
 _COLUMNS = (
     "a.message_id, a.ordinal, a.bridge_id, a.name, a.content_type, a.size_bytes, a.width, a.height, a.caption, "
     "a.remote_id, COALESCE(a.sha256, u.sha256) AS sha256, "
@@ -50,12 +45,43 @@ UPSERT_UPLOAD = Stmt(
 )
 
 
-def insert_all(tx: Tx, message_id: str, bridge_id: str, metas: list[dict[str, Any]]) -> int:
-    """Insert a new message's attachments (ordinal = position); the number written."""
-    written = 0
-    for ordinal, meta in enumerate(metas):
-        written += tx.rowcount(INSERT, {"message_id": message_id, "ordinal": ordinal, "bridge_id": bridge_id, **meta})
-    return written
+INSERT_ROWS = PerDialect(
+    name="attachments.insert_rows",
+    **per_dialect(
+        "INSERT INTO attachments (message_id, ordinal, bridge_id, name, content_type, size_bytes, width, height, "
+        "caption, remote_id, sha256) SELECT r.message_id, r.ordinal, :bridge_id, r.name, r.content_type, "
+        "r.size_bytes, r.width, r.height, r.caption, r.remote_id, r.sha256 FROM {rows} WHERE true "
+        "ON CONFLICT DO NOTHING",
+        rows=rowset(
+            "message_id text, ordinal integer, name text, content_type text, size_bytes bigint, width integer, "
+            "height integer, caption text, remote_id text, sha256 text"
+        ),
+    ),
+)
+
+
+class NewAttachments:
+    """The attachments of the messages a batch inserts (``store/batch_rows.py``), written
+    with its flush in one statement."""
+
+    __slots__ = ("journal", "bridge_id", "rows")
+
+    def __init__(self, journal: Journal, bridge_id: str) -> None:
+        self.journal = journal
+        self.bridge_id = bridge_id
+        self.rows: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def add(self, message_id: str, metas: list[dict[str, Any]]) -> int:
+        """A new message's attachments (ordinal = position); the number added."""
+        for ordinal, meta in enumerate(metas):
+            self.journal.put(self.rows, (message_id, ordinal), {"message_id": message_id, "ordinal": ordinal, **meta})
+        return len(metas)
+
+    def flush(self, send: Writer) -> None:
+        if self.rows:
+            send(INSERT_ROWS, list(self.rows.values()), bridge_id=self.bridge_id)
+            for key in list(self.rows):
+                self.journal.drop(self.rows, key)
 
 
 def of_messages(tx: Tx, message_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

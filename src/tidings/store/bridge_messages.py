@@ -4,76 +4,282 @@
 Natural key: (bridge, conversation, remote_message_id). The id is derived from it, so the
 primary key is the natural key's uniqueness (see ``tidings.ingest.projection.derive_id``).
 
-Write guards:
+``Messages`` holds what a batch of frames reads and writes of one bridge's messages
+(``store/batch_rows.py``, D115), with the write guards:
 
-* ``upsert`` is the guarded natural-key upsert: an insert (``ON CONFLICT DO NOTHING``),
-  and only on a conflict an update of sender, direction, body, reply and time that
-  writes only when one of them differs (``MESSAGE_GUARD``) and only while the message is
-  still ``active``: a re-delivered original never undoes an edit or a delete. Two
-  statements instead of one ``DO UPDATE`` because the caller needs to know "inserted"
-  (a new message) apart from "updated", which SQLite's upsert cannot report;
+* ``upsert`` is the guarded natural-key upsert: an insert, or, for a stored message that
+  is still ``active``, an update of sender, direction, body, reply and time when one of
+  them differs: a re-delivered original never undoes an edit or a delete. It says
+  ``"inserted"`` (a new message) apart from ``"updated"``;
 * ``edit``: last writer wins by the edit's occurrence time (``mutated_at_ms``); the same
   edit twice writes nothing; a deleted message stays deleted;
 * ``delete``: terminal; clears the body; a second delete writes nothing.
+
+A flush writes new messages and content changes in one upsert, and messages whose only
+change is an edit or a delete in one update of body, state and mutation time alone, so a
+flush never writes a column its frames did not change (the outbox's echo report may turn
+a stored message ``outgoing`` meanwhile, under the echo lock).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from . import search_index
-from .engine import Rows, Tx
+from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .engine import Tx
 from .sql import PerDialect, Stmt
 
 FAR_FUTURE_MS = 2**62
 
-_INSERT = (
-    "INSERT INTO bridge_messages (id, bridge_id, conversation_id, remote_message_id, sender_identity_id, "
-    "direction, body, reply_to_remote_id, state, occurred_at_ms, created_at_ms, updated_at_ms) VALUES "
-    "(:id, :bridge_id, :conversation_id, :remote_message_id, :sender, :direction, :body, :reply_to, "
-    "'active', :occurred, :now, :now) ON CONFLICT DO NOTHING"
+
+class Message(NamedTuple):
+    """A stored bridge message (the key, its id, is the ``Table``'s)."""
+
+    conversation_id: str
+    remote_message_id: str
+    sender_identity_id: str | None
+    direction: str
+    body: str
+    reply_to_remote_id: str | None
+    state: str
+    occurred_at_ms: int
+    mutated_at_ms: int | None
+    created_at_ms: int
+    updated_at_ms: int
+
+    def content(self) -> tuple[Any, ...]:
+        """What the upsert's guard compares."""
+        return (self.sender_identity_id, self.direction, self.body, self.reply_to_remote_id, self.occurred_at_ms)
+
+
+class Change(NamedTuple):
+    """What an edit or delete hit: the message's sender and direction."""
+
+    sender_identity_id: str | None
+    direction: str
+
+
+_MESSAGE_COLUMNS = (
+    "id, conversation_id, remote_message_id, sender_identity_id, direction, body, reply_to_remote_id, state, "
+    "occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms"
 )
-INSERT = Stmt(_INSERT, name="bridge_messages.insert")
-# The one guard predicate of this table: every content column the upsert's update sets.
-MESSAGE_GUARD = (
-    "sender_identity_id IS DISTINCT FROM :sender"
-    " OR direction IS DISTINCT FROM :direction"
-    " OR body IS DISTINCT FROM :body"
-    " OR reply_to_remote_id IS DISTINCT FROM :reply_to"
-    " OR occurred_at_ms IS DISTINCT FROM :occurred"
+READ_BY_IDS = PerDialect(name="bridge_messages.read_by_ids", **probe("bridge_messages", _MESSAGE_COLUMNS, "id"))
+# Messages of the bridge by remote id, in whichever conversation (a Signal read receipt names
+# the message, not always its conversation).
+READ_BY_REMOTE_IDS = PerDialect(
+    name="bridge_messages.read_by_remote_ids",
+    **probe("bridge_messages", _MESSAGE_COLUMNS, "remote_message_id", "bridge_id = :bridge_id"),
 )
-_UPDATE_GUARDED = (
-    "UPDATE bridge_messages SET sender_identity_id = :sender, direction = :direction, body = :body, "
-    "reply_to_remote_id = :reply_to, occurred_at_ms = :occurred, updated_at_ms = :now "
-    f"WHERE id = :id AND state = 'active' AND ({MESSAGE_GUARD})"
+_ROWS = rowset(
+    "id text, conversation_id text, remote_message_id text, sender_identity_id text, direction text, body text, "
+    "reply_to_remote_id text, state text, occurred_at_ms bigint, mutated_at_ms bigint, created_at_ms bigint, "
+    "updated_at_ms bigint"
 )
-UPDATE_GUARDED = Stmt(_UPDATE_GUARDED, name="bridge_messages.update_guarded")
-# PostgreSQL: the same two writes in one statement. Both see the snapshot from before it, so
-# the update finds no row the insert made; one row comes back per row written.
-UPSERT_ROWS = Stmt(
-    f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED} RETURNING 1) "
-    "SELECT 1 FROM inserted UNION ALL SELECT 1 FROM updated",
-    name="bridge_messages.upsert_rows",
+WRITE_ROWS = PerDialect(
+    name="bridge_messages.write_rows",
+    **per_dialect(
+        "INSERT INTO bridge_messages (id, bridge_id, conversation_id, remote_message_id, sender_identity_id, "
+        "direction, body, reply_to_remote_id, state, occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms) "
+        "SELECT r.id, :bridge_id, r.conversation_id, r.remote_message_id, r.sender_identity_id, r.direction, "
+        "r.body, r.reply_to_remote_id, r.state, r.occurred_at_ms, r.mutated_at_ms, r.created_at_ms, "
+        "r.updated_at_ms FROM {rows} WHERE true ON CONFLICT (id) DO UPDATE SET "
+        "sender_identity_id = excluded.sender_identity_id, direction = excluded.direction, body = excluded.body, "
+        "reply_to_remote_id = excluded.reply_to_remote_id, state = excluded.state, "
+        "occurred_at_ms = excluded.occurred_at_ms, mutated_at_ms = excluded.mutated_at_ms, "
+        "updated_at_ms = excluded.updated_at_ms "
+        "WHERE (bridge_messages.sender_identity_id, bridge_messages.direction, bridge_messages.body, "
+        "bridge_messages.reply_to_remote_id, bridge_messages.state, bridge_messages.occurred_at_ms, "
+        "bridge_messages.mutated_at_ms) IS DISTINCT FROM (excluded.sender_identity_id, excluded.direction, "
+        "excluded.body, excluded.reply_to_remote_id, excluded.state, excluded.occurred_at_ms, "
+        "excluded.mutated_at_ms)",
+        rows=_ROWS,
+    ),
 )
-EDIT = Stmt(
-    "UPDATE bridge_messages SET body = :body, state = 'edited', mutated_at_ms = :at, updated_at_ms = :now "
-    "WHERE id = :id AND state <> 'deleted' AND (mutated_at_ms IS NULL OR mutated_at_ms < :at "
-    "OR (mutated_at_ms = :at AND (body <> :body OR state <> 'edited'))) "
-    "RETURNING sender_identity_id, direction",
-    name="bridge_messages.edit",
+WRITE_MUTATIONS = PerDialect(
+    name="bridge_messages.write_mutations",
+    **per_dialect(
+        "UPDATE bridge_messages SET body = r.body, state = r.state, mutated_at_ms = r.mutated_at_ms, "
+        "updated_at_ms = r.updated_at_ms FROM {rows} WHERE bridge_messages.id = r.id "
+        "AND (bridge_messages.body, bridge_messages.state, bridge_messages.mutated_at_ms) IS DISTINCT FROM "
+        "(r.body, r.state, r.mutated_at_ms)",
+        rows=rowset("id text, body text, state text, mutated_at_ms bigint, updated_at_ms bigint"),
+    ),
 )
-DELETE = Stmt(
-    "UPDATE bridge_messages SET body = '', state = 'deleted', mutated_at_ms = :at, updated_at_ms = :now "
-    "WHERE id = :id AND state <> 'deleted' RETURNING sender_identity_id, direction",
-    name="bridge_messages.delete",
-)
-EXISTS = Stmt("SELECT 1 FROM bridge_messages WHERE id = :id", name="bridge_messages.exists")
-OCCURRED = Stmt("SELECT occurred_at_ms FROM bridge_messages WHERE id = :id", name="bridge_messages.occurred")
-BY_REMOTE = Stmt(
-    "SELECT id, conversation_id, occurred_at_ms FROM bridge_messages "
-    "WHERE bridge_id = :bridge_id AND remote_message_id = :remote_message_id LIMIT 2",
-    name="bridge_messages.by_remote",
-)
+
+
+def _message(row: tuple[Any, ...]) -> Message:
+    return Message(*row[1:])
+
+
+class Messages:
+    """The messages of one bridge that a batch reads and writes, by id."""
+
+    __slots__ = ("tx", "journal", "bridge_id", "table", "remote", "new_by_remote")
+
+    def __init__(self, tx: Tx, journal: Journal, bridge_id: str) -> None:
+        self.tx = tx
+        self.journal = journal
+        self.bridge_id = bridge_id
+        self.table = Table(journal)
+        # remote message id -> frozenset of the ids of the bridge's stored messages with it
+        self.remote = Table(journal)
+        # remote message id -> ids of the messages with it that this batch inserted
+        self.new_by_remote: dict[str, frozenset[str]] = {}
+
+    def want(self, message_id: str) -> None:
+        self.table.want(message_id)
+
+    def want_remote(self, remote_message_id: str) -> None:
+        self.remote.want(remote_message_id)
+
+    def reads(self) -> list[Any]:
+        out: list[Any] = []
+        ids = self.table.take_wanted()
+        if ids:
+            def take(rows: list[tuple[Any, ...]]) -> None:
+                found = {r[0]: _message(r) for r in rows}
+                for key in ids:
+                    if not self.table.known(key):
+                        self.table.load(key, found.get(key))
+
+            out.append((READ_BY_IDS, {"keys": rows_json(ids)}, take))
+        remotes = self.remote.take_wanted()
+        if remotes:
+            def take_remote(rows: list[tuple[Any, ...]]) -> None:
+                by_remote: dict[str, set[str]] = {key: set() for key in remotes}
+                for r in rows:
+                    by_remote[r[2]].add(r[0])
+                    if not self.table.known(r[0]):
+                        self.table.load(r[0], _message(r))
+                for key in remotes:
+                    self.remote.load(key, frozenset(by_remote[key]))
+
+            out.append((READ_BY_REMOTE_IDS, {"bridge_id": self.bridge_id, "keys": rows_json(remotes)}, take_remote))
+        return out
+
+    def get(self, message_id: str) -> Message | None:
+        """The message as the batch has it (read now if the batch has not read it)."""
+        table = self.table
+        if not table.known(message_id):
+            table.want(message_id)
+            read_all(self.tx, self.reads())
+        row: Message | None = table.get(message_id)
+        return row
+
+    def exists(self, message_id: str) -> bool:
+        return self.get(message_id) is not None
+
+    def occurred_at(self, message_id: str) -> int | None:
+        row = self.get(message_id)
+        return None if row is None else row.occurred_at_ms
+
+    def locate_remote(self, remote_message_id: str) -> tuple[str, str, int] | None:
+        """``(id, conversation_id, occurred_at_ms)`` of the one message of the bridge with
+        that remote id, in whichever conversation; None when there is none, or more than one
+        (an ambiguous id places nothing)."""
+        remote = self.remote
+        if not remote.known(remote_message_id):
+            remote.want(remote_message_id)
+            read_all(self.tx, self.reads())
+        ids = remote.get(remote_message_id) | self.new_by_remote.get(remote_message_id, frozenset())
+        found = [(mid, row) for mid in ids if (row := self.table.rows.get(mid)) is not None]
+        if len(found) != 1:
+            return None
+        mid, row = found[0]
+        return mid, row.conversation_id, row.occurred_at_ms
+
+    def forget(self, message_id: str) -> None:
+        """Read ``message_id`` afresh when next used (a statement outside the batch wrote
+        it in this transaction)."""
+        self.table.forget(message_id)
+
+    def upsert(self, *, id: str, conversation_id: str, remote_message_id: str, sender_identity_id: str | None,
+               direction: str, body: str, reply_to_remote_id: str | None, occurred_at_ms: int,
+               now: int) -> str | None:
+        """The guarded natural-key upsert: ``"inserted"``, ``"updated"`` or None (no write)."""
+        have = self.get(id)
+        if have is None:
+            self.table.put(id, Message(conversation_id, remote_message_id, sender_identity_id, direction, body,
+                                       reply_to_remote_id, "active", occurred_at_ms, None, now, now))
+            known = self.new_by_remote.get(remote_message_id, frozenset())
+            self.journal.put(self.new_by_remote, remote_message_id, known | {id})
+            return "inserted"
+        if have.state != "active" or have.content() == (
+            sender_identity_id, direction, body, reply_to_remote_id, occurred_at_ms
+        ):
+            return None
+        self.table.put(id, have._replace(sender_identity_id=sender_identity_id, direction=direction, body=body,
+                                         reply_to_remote_id=reply_to_remote_id, occurred_at_ms=occurred_at_ms,
+                                         updated_at_ms=now))
+        return "updated"
+
+    def edit(self, *, id: str, body: str, at_ms: int, now: int) -> Change | None:
+        """Apply an edit unless the message is missing or deleted, or a newer edit is
+        stored (last writer wins by ``at_ms``; the same edit again writes nothing). The
+        changed message's sender and direction, or None (no write)."""
+        have = self.get(id)
+        if have is None or have.state == "deleted":
+            return None
+        mutated = have.mutated_at_ms
+        if not (mutated is None or mutated < at_ms or (mutated == at_ms and (have.body != body
+                                                                             or have.state != "edited"))):
+            return None
+        self.table.put(id, have._replace(body=body, state="edited", mutated_at_ms=at_ms, updated_at_ms=now))
+        return Change(have.sender_identity_id, have.direction)
+
+    def delete(self, *, id: str, at_ms: int, now: int) -> Change | None:
+        """Mark deleted and clear the body; None when missing or already deleted."""
+        have = self.get(id)
+        if have is None or have.state == "deleted":
+            return None
+        self.table.put(id, have._replace(body="", state="deleted", mutated_at_ms=at_ms, updated_at_ms=now))
+        return Change(have.sender_identity_id, have.direction)
+
+    def flush(self, send: Writer) -> None:
+        """Write new messages and content changes (one upsert), then messages changed only
+        in body, state and mutation time (one update of those columns alone)."""
+        table = self.table
+        full, mutated, written = [], [], []
+        for key, was, row in list(table.changed()):
+            if was is not None and _fixed(was) == _fixed(row):
+                if _mutable(was) == _mutable(row):
+                    table.put(key, was)  # changed and changed back: nothing to write
+                    continue
+                mutated.append({"id": key, "body": row.body, "state": row.state, "mutated_at_ms": row.mutated_at_ms,
+                                "updated_at_ms": row.updated_at_ms})
+            else:
+                full.append({"id": key, "conversation_id": row.conversation_id,
+                             "remote_message_id": row.remote_message_id, "sender_identity_id": row.sender_identity_id,
+                             "direction": row.direction, "body": row.body,
+                             "reply_to_remote_id": row.reply_to_remote_id, "state": row.state,
+                             "occurred_at_ms": row.occurred_at_ms, "mutated_at_ms": row.mutated_at_ms,
+                             "created_at_ms": row.created_at_ms, "updated_at_ms": row.updated_at_ms})
+            written.append(key)
+        if full:
+            send(WRITE_ROWS, full, bridge_id=self.bridge_id)
+        if mutated:
+            send(WRITE_MUTATIONS, mutated)
+        if written:
+            search_index.queued(self.tx)
+            table.written(written)
+        # What the batch inserted is stored now: the stored ids by remote id include it.
+        for remote_id, ids in list(self.new_by_remote.items()):
+            if self.remote.known(remote_id):
+                self.remote.put(remote_id, self.remote.get(remote_id) | ids)
+                self.remote.written([remote_id])
+            self.journal.drop(self.new_by_remote, remote_id)
+
+
+def _fixed(row: Message) -> tuple[Any, ...]:
+    """The columns only the upsert changes (an edit or a delete never does)."""
+    return (row.sender_identity_id, row.direction, row.reply_to_remote_id, row.occurred_at_ms)
+
+
+def _mutable(row: Message) -> tuple[Any, ...]:
+    """The columns an edit or a delete changes."""
+    return (row.body, row.state, row.mutated_at_ms)
+
 
 # -- reads -------------------------------------------------------------------------------
 _READ_COLUMNS = (
@@ -109,175 +315,6 @@ SEARCH = PerDialect(
     sqlite=_SEARCH + _SEARCH_WHERE.format(op="LIKE"),
     postgresql=_SEARCH + _SEARCH_WHERE.format(op="ILIKE"),
 )
-
-
-class Change(NamedTuple):
-    """What an edit or delete hit: the message's sender and direction."""
-
-    sender_identity_id: str | None
-    direction: str
-
-
-def insert(
-    tx: Tx,
-    *,
-    id: str,
-    bridge_id: str,
-    conversation_id: str,
-    remote_message_id: str,
-    sender_identity_id: str | None,
-    direction: str,
-    body: str,
-    reply_to_remote_id: str | None,
-    occurred_at_ms: int,
-    now: int,
-) -> bool:
-    """Insert a new message; False (and nothing written) when the natural key exists."""
-    search_index.queued(tx)
-    return tx.rowcount(INSERT, _params(locals())) > 0
-
-
-def update_guarded(
-    tx: Tx,
-    *,
-    id: str,
-    sender_identity_id: str | None,
-    direction: str,
-    body: str,
-    reply_to_remote_id: str | None,
-    occurred_at_ms: int,
-    now: int,
-) -> bool:
-    """Update an ``active`` message's content when a column differs. True when written."""
-    search_index.queued(tx)
-    return tx.rowcount(UPDATE_GUARDED, _params(locals())) > 0
-
-
-def upsert(
-    tx: Tx,
-    *,
-    id: str,
-    bridge_id: str,
-    conversation_id: str,
-    remote_message_id: str,
-    sender_identity_id: str | None,
-    direction: str,
-    body: str,
-    reply_to_remote_id: str | None,
-    occurred_at_ms: int,
-    now: int,
-) -> str | None:
-    """The guarded natural-key upsert: ``"inserted"``, ``"updated"`` or None (no write)."""
-    params = {
-        "id": id,
-        "bridge_id": bridge_id,
-        "conversation_id": conversation_id,
-        "remote_message_id": remote_message_id,
-        "sender": sender_identity_id,
-        "direction": direction,
-        "body": body,
-        "reply_to": reply_to_remote_id,
-        "occurred": occurred_at_ms,
-        "now": now,
-    }  # the projection's hot path: what ``_params(locals())`` gives, built directly
-    search_index.queued(tx)
-    if tx.rowcount(INSERT, params) > 0:
-        return "inserted"
-    if tx.rowcount(UPDATE_GUARDED, params) > 0:
-        return "updated"
-    return None
-
-
-def upsert_behind(
-    tx: Tx,
-    *,
-    id: str,
-    bridge_id: str,
-    conversation_id: str,
-    remote_message_id: str,
-    sender_identity_id: str | None,
-    direction: str,
-    body: str,
-    reply_to_remote_id: str | None,
-    occurred_at_ms: int,
-    now: int,
-) -> Rows:
-    """``upsert`` when the caller need not know at once which of its two writes wrote: the
-    rows written, 1 for an insert or an update, 0 for neither (a write that may go behind,
-    ``Tx.later``). Same rows as ``upsert``. PostgreSQL: one statement (``UPSERT_ROWS``);
-    SQLite, which has no writes in ``WITH``: the insert, then the guarded update, whose
-    guard finds every column equal after an insert that inserted."""
-    params = _params(locals())
-    search_index.queued(tx)
-    if tx.dialect == "postgresql":
-        return tx.later(UPSERT_ROWS, params)
-    return tx.later(INSERT, params) + tx.later(UPDATE_GUARDED, params)
-
-
-def _params(values: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": values["id"],
-        "bridge_id": values.get("bridge_id"),
-        "conversation_id": values.get("conversation_id"),
-        "remote_message_id": values.get("remote_message_id"),
-        "sender": values["sender_identity_id"],
-        "direction": values["direction"],
-        "body": values["body"],
-        "reply_to": values["reply_to_remote_id"],
-        "occurred": values["occurred_at_ms"],
-        "now": values["now"],
-    }
-
-
-def edit(tx: Tx, *, id: str, body: str, at_ms: int, now: int) -> Change | None:
-    """Apply an edit unless the message is deleted or a newer edit is stored (last writer
-    wins by ``at_ms``). The changed message's sender and direction, or None (no write)."""
-    search_index.queued(tx)
-    rows = tx.all(EDIT, {"id": id, "body": body, "at": at_ms, "now": now})
-    return Change(rows[0][0], rows[0][1]) if rows else None
-
-
-def delete(tx: Tx, *, id: str, at_ms: int, now: int) -> Change | None:
-    """Mark deleted and clear the body; None when missing or already deleted."""
-    search_index.queued(tx)
-    rows = tx.all(DELETE, {"id": id, "at": at_ms, "now": now})
-    return Change(rows[0][0], rows[0][1]) if rows else None
-
-
-def edit_behind(tx: Tx, *, id: str, body: str, at_ms: int, now: int) -> Rows:
-    """``edit`` when the caller needs only the rows written (a write that may go behind)."""
-    return tx.later(EDIT, {"id": id, "body": body, "at": at_ms, "now": now})
-
-
-def delete_behind(tx: Tx, *, id: str, at_ms: int, now: int) -> Rows:
-    """``delete`` when the caller needs only the rows written (a write that may go behind)."""
-    return tx.later(DELETE, {"id": id, "at": at_ms, "now": now})
-
-
-def read_ahead_exists(tx: Tx, message_id: str) -> None:
-    """Announce an ``exists`` read (``Tx.read_ahead``)."""
-    tx.read_ahead(EXISTS, {"id": message_id})
-
-
-def read_ahead_occurred_at(tx: Tx, message_id: str) -> None:
-    """Announce an ``occurred_at`` read (``Tx.read_ahead``)."""
-    tx.read_ahead(OCCURRED, {"id": message_id})
-
-
-def exists(tx: Tx, message_id: str) -> bool:
-    return tx.one(EXISTS, {"id": message_id}) is not None
-
-
-def occurred_at(tx: Tx, message_id: str) -> int | None:
-    return cast("int | None", tx.scalar(OCCURRED, {"id": message_id}))
-
-
-def locate_remote(tx: Tx, bridge_id: str, remote_message_id: str) -> tuple[str, str, int] | None:
-    """``(id, conversation_id, occurred_at_ms)`` of the one message of ``bridge_id`` with
-    that remote id, in whichever conversation; None when there is none, or more than one
-    (an ambiguous id places nothing)."""
-    rows = tx.all(BY_REMOTE, {"bridge_id": bridge_id, "remote_message_id": remote_message_id})
-    return tuple(rows[0]) if len(rows) == 1 else None
 
 
 # -- reads -------------------------------------------------------------------------------

@@ -1,110 +1,409 @@
 """Bridge conversations and their rosters: rows, guarded writes, and the read queries.
 
-Write guards, each statement built once:
+``Conversations`` and ``Rosters`` hold what a batch of frames reads and writes of one
+bridge's conversations (``store/batch_rows.py``, D115), with the write guards:
 
-* ``upsert`` updates kind, title and remote_revision only when one of them differs
-  (``CONVERSATION_GUARD``), so ``updated_at_ms`` is the time of the last content change;
+* ``upsert`` updates kind, title and remote_revision only when one of them differs, so
+  ``updated_at_ms`` is the time of the last content change;
 * ``mint_or_bump`` creates a conversation first seen in a message, or moves
   ``last_message_at_ms`` forwards, and only when strictly newer (an equal or older message
   writes nothing). Recency never moves ``updated_at_ms``;
-* ``sync_roster`` confirms an unchanged roster with one read and no write, writes only the
+* ``Rosters.sync`` confirms an unchanged roster without a write, writes only the
   difference otherwise, rejects a repeated identity, and then advances the conversation's
   ``updated_at_ms`` (monotonically: never backwards);
-* ``ensure_participant`` adds an observed sender to a roster (insert-if-absent).
+* ``Rosters.ensure_and_touch`` adds an observed sender to a roster (insert-if-absent) and
+  touches the conversation when it did.
 
-The read functions at the end (``list_of_bridge``, ``participants_of_listed``, ``by_id``)
-serve the HTTP API and the MCP tools.
+A flush writes the changed conversations, then the roster differences, then the
+conversations whose only change is the touch of a roster that changed (so a touch never
+lands without the roster change that is its reason), one statement each.
+
+The read functions at the end (``list_of_bridge``, ``participants_of``, ``by_id``) serve the
+HTTP API and the MCP tools.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from .engine import NO_ROWS, Rows, Tx
-from .sql import Stmt
+from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .engine import Tx
+from .sql import PerDialect, Stmt
 
 FAR_FUTURE_MS = 2**62  # "no upper bound" for before_ms reads
 
-# The one guard predicate of this table: every content column the upsert sets.
+
+class Conversation(NamedTuple):
+    """A stored conversation (the key, its remote id, is the ``Table``'s)."""
+
+    id: str
+    kind: str
+    title: str
+    remote_revision: str | None
+    last_message_at_ms: int
+    created_at_ms: int
+    updated_at_ms: int
+
+    def content(self) -> tuple[Any, ...]:
+        return (self.kind, self.title, self.remote_revision, self.last_message_at_ms)
+
+
+class RosterRow(NamedTuple):
+    """One roster entry as the projection wants it stored."""
+
+    identity_id: str
+    role: str
+    display_name: str
+    is_active: bool
+
+
+class RosterError(ValueError):
+    """A roster that cannot be stored (a repeated identity, a missing conversation)."""
+
+
+#: A stored participant: (role, display_name, is_active).
+Participant = tuple[str, str, bool]
+
+READ_BY_REMOTE_IDS = PerDialect(
+    name="conversations.read_by_remote_ids",
+    **probe("conversations", "remote_conversation_id, id, kind, title, remote_revision, last_message_at_ms, "
+            "created_at_ms, updated_at_ms", "remote_conversation_id", "bridge_id = :bridge_id"),
+)
+_ROWS = rowset(
+    "id text, remote_conversation_id text, kind text, title text, remote_revision text, "
+    "last_message_at_ms bigint, created_at_ms bigint, updated_at_ms bigint"
+)
+# The one guard of this table's writes: every column an update sets.
 CONVERSATION_GUARD = (
-    "conversations.kind IS DISTINCT FROM excluded.kind"
-    " OR conversations.title IS DISTINCT FROM excluded.title"
-    " OR conversations.remote_revision IS DISTINCT FROM excluded.remote_revision"
+    "(conversations.kind, conversations.title, conversations.remote_revision, conversations.last_message_at_ms, "
+    "conversations.updated_at_ms) IS DISTINCT FROM (excluded.kind, excluded.title, excluded.remote_revision, "
+    "excluded.last_message_at_ms, excluded.updated_at_ms)"
+)
+WRITE_ROWS = PerDialect(
+    name="conversations.write_rows",
+    **per_dialect(
+        "INSERT INTO conversations (id, bridge_id, remote_conversation_id, kind, title, remote_revision, "
+        "last_message_at_ms, created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.remote_conversation_id, "
+        "r.kind, r.title, r.remote_revision, r.last_message_at_ms, r.created_at_ms, r.updated_at_ms "
+        "FROM {rows} WHERE true ON CONFLICT (bridge_id, remote_conversation_id) DO UPDATE SET "
+        "kind = excluded.kind, title = excluded.title, remote_revision = excluded.remote_revision, "
+        "last_message_at_ms = excluded.last_message_at_ms, updated_at_ms = excluded.updated_at_ms "
+        f"WHERE {CONVERSATION_GUARD}",
+        rows=_ROWS,
+    ),
+)
+_PARTICIPANT_COLUMNS = "conversation_id, identity_id, role, display_name, is_active"
+READ_ROSTERS = PerDialect(
+    name="participants.read_rosters",
+    **probe("conversation_participants", _PARTICIPANT_COLUMNS, "conversation_id"),
+)
+READ_MEMBERS = PerDialect(
+    name="participants.read_members",
+    **probe("conversation_participants", _PARTICIPANT_COLUMNS, "conversation_id, identity_id"),
+)
+_PARTICIPANT_ROWS = rowset(
+    "conversation_id text, identity_id text, role text, display_name text, is_active boolean"
+)
+WRITE_PARTICIPANTS = PerDialect(
+    name="participants.write_rows",
+    **per_dialect(
+        "INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, display_name, "
+        "is_active) SELECT r.conversation_id, r.identity_id, :bridge_id, r.role, r.display_name, r.is_active "
+        "FROM {rows} WHERE true ON CONFLICT (conversation_id, identity_id) DO UPDATE SET role = excluded.role, "
+        "display_name = excluded.display_name, is_active = excluded.is_active "
+        "WHERE (conversation_participants.role, conversation_participants.display_name, "
+        "conversation_participants.is_active) IS DISTINCT FROM (excluded.role, excluded.display_name, "
+        "excluded.is_active)",
+        rows=_PARTICIPANT_ROWS,
+    ),
+)
+DELETE_PARTICIPANTS = PerDialect(
+    name="participants.delete_rows",
+    **per_dialect(
+        "DELETE FROM conversation_participants WHERE (conversation_id, identity_id) IN "
+        "(SELECT r.conversation_id, r.identity_id FROM {rows})",
+        rows=rowset("conversation_id text, identity_id text"),
+    ),
 )
 
-UPSERT = Stmt(
-    "INSERT INTO conversations (id, bridge_id, remote_conversation_id, kind, title, remote_revision, "
-    "last_message_at_ms, created_at_ms, updated_at_ms) VALUES (:id, :bridge_id, :remote_id, :kind, "
-    ":title, :remote_revision, 0, :now, :now) "
-    "ON CONFLICT (bridge_id, remote_conversation_id) DO UPDATE SET kind = excluded.kind, "
-    "title = excluded.title, remote_revision = excluded.remote_revision, "
-    "updated_at_ms = excluded.updated_at_ms "
-    f"WHERE {CONVERSATION_GUARD}",
-    name="conversations.upsert",
-)
-BY_KEY = Stmt(
-    "SELECT id, kind, title, remote_revision FROM conversations "
-    "WHERE bridge_id = :bridge_id AND remote_conversation_id = :remote_id",
-    name="conversations.by_key",
-)
-MINT_OR_BUMP = Stmt(
-    "INSERT INTO conversations (id, bridge_id, remote_conversation_id, kind, title, remote_revision, "
-    "last_message_at_ms, created_at_ms, updated_at_ms) VALUES (:id, :bridge_id, :remote_id, :kind, "
-    "'', NULL, :at, :now, :now) "
-    "ON CONFLICT (bridge_id, remote_conversation_id) DO UPDATE "
-    "SET last_message_at_ms = excluded.last_message_at_ms "
-    "WHERE conversations.last_message_at_ms < excluded.last_message_at_ms",
-    name="conversations.mint_or_bump",
-)
-BUMP_RECENCY = Stmt(
-    "UPDATE conversations SET last_message_at_ms = :at WHERE id = :id AND last_message_at_ms < :at",
-    name="conversations.bump_recency",
-)
-TOUCH = Stmt(
-    "UPDATE conversations SET updated_at_ms = :now WHERE id = :id AND updated_at_ms < :now",
-    name="conversations.touch",
-)
 
-# -- roster ------------------------------------------------------------------------------
-# One statement gives both "does the conversation exist" and its whole roster.
-ROSTER = Stmt(
-    "SELECT c.id, p.identity_id, p.role, p.display_name, p.is_active FROM conversations c "
-    "LEFT JOIN conversation_participants p ON p.conversation_id = c.id WHERE c.id = :conversation_id",
-    name="conversations.roster",
-)
-PARTICIPANT_INSERT = Stmt(
-    "INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, display_name, "
-    "is_active) VALUES (:conversation_id, :identity_id, :bridge_id, :role, :display_name, :is_active)",
-    name="participants.insert",
-)
-PARTICIPANT_UPDATE = Stmt(
-    "UPDATE conversation_participants SET role = :role, display_name = :display_name, "
-    "is_active = :is_active WHERE conversation_id = :conversation_id AND identity_id = :identity_id",
-    name="participants.update",
-)
-PARTICIPANT_DELETE = Stmt(
-    "DELETE FROM conversation_participants WHERE conversation_id = :conversation_id "
-    "AND identity_id = :identity_id",
-    name="participants.delete",
-)
-PARTICIPANT_ENSURE = Stmt(
-    "INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, display_name, "
-    "is_active) VALUES (:conversation_id, :identity_id, :bridge_id, 'member', :display_name, true) "
-    "ON CONFLICT (conversation_id, identity_id) DO NOTHING",
-    name="participants.ensure",
-)
-# PostgreSQL: ensure, and touch the conversation when the identity was added, in one
-# statement; the rows it returns are the participants added (0 or 1).
-PARTICIPANT_ENSURE_TOUCH = Stmt(
-    "WITH added AS (INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, "
-    "display_name, is_active) VALUES (:conversation_id, :identity_id, :bridge_id, 'member', :display_name, true) "
-    "ON CONFLICT (conversation_id, identity_id) DO NOTHING RETURNING conversation_id), "
-    "touched AS (UPDATE conversations SET updated_at_ms = :now WHERE id = :conversation_id "
-    "AND updated_at_ms < :now AND EXISTS (SELECT 1 FROM added)) "
-    "SELECT 1 FROM added",
-    name="participants.ensure_touch",
-)
+class Conversations:
+    """The conversations of one bridge that a batch reads and writes, by remote id."""
+
+    __slots__ = ("tx", "journal", "bridge_id", "table", "ids", "rosters")
+
+    def __init__(self, tx: Tx, journal: Journal, bridge_id: str) -> None:
+        self.tx = tx
+        self.journal = journal
+        self.bridge_id = bridge_id
+        self.table = Table(journal)
+        self.ids: dict[str, str] = {}  # conversation id -> remote id, of every known row
+        self.rosters = Rosters(tx, journal, bridge_id, self)
+
+    def want(self, remote_id: str) -> None:
+        self.table.want(remote_id)
+
+    def reads(self) -> list[Any]:
+        keys = self.table.take_wanted()
+        if not keys:
+            return []
+
+        def take(rows: list[tuple[Any, ...]]) -> None:
+            found = {r[0]: Conversation(r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows}
+            for key in keys:
+                row = found.get(key)
+                self.table.load(key, row)
+                if row is not None:
+                    self.journal.put(self.ids, row.id, key)
+
+        params = {"bridge_id": self.bridge_id, "keys": rows_json(keys)}
+        return [(READ_BY_REMOTE_IDS, params, take)]
+
+    def get(self, remote_id: str) -> Conversation | None:
+        """The conversation as the batch has it (read now if the batch has not read it)."""
+        table = self.table
+        if not table.known(remote_id):
+            table.want(remote_id)
+            read_all(self.tx, self.reads())
+        row: Conversation | None = table.get(remote_id)
+        return row
+
+    def exists(self, conversation_id: str) -> bool:
+        remote = self.ids.get(conversation_id)
+        return remote is not None and self.table.rows.get(remote) is not None
+
+    def _insert(self, remote_id: str, row: Conversation) -> None:
+        self.table.put(remote_id, row)
+        self.journal.put(self.ids, row.id, remote_id)
+        self.rosters.new_conversation(row.id)
+
+    def upsert(self, *, id: str, remote_id: str, kind: str, title: str, remote_revision: str | None,
+               now: int) -> int:
+        """Insert (``last_message_at_ms`` 0), or update kind/title/revision when one
+        differs; the rows written. A stored conversation keeps its id, creation time and
+        recency."""
+        have = self.get(remote_id)
+        if have is None:
+            self._insert(remote_id, Conversation(id, kind, title, remote_revision, 0, now, now))
+            return 1
+        if (have.kind, have.title, have.remote_revision) == (kind, title, remote_revision):
+            return 0
+        self.table.put(remote_id, have._replace(kind=kind, title=title, remote_revision=remote_revision,
+                                                updated_at_ms=now))
+        return 1
+
+    def mint_or_bump(self, *, id: str, remote_id: str, kind: str, at_ms: int, now: int) -> int:
+        """Create the conversation with ``last_message_at_ms = at_ms``, or raise its recency
+        to ``at_ms`` when strictly newer; the rows written."""
+        have = self.get(remote_id)
+        if have is None:
+            self._insert(remote_id, Conversation(id, kind, "", None, at_ms, now, now))
+            return 1
+        if have.last_message_at_ms >= at_ms:
+            return 0
+        self.table.put(remote_id, have._replace(last_message_at_ms=at_ms))
+        return 1
+
+    def touch(self, conversation_id: str, now: int) -> int:
+        """Advance ``updated_at_ms`` to ``now``, never backwards; the rows written."""
+        remote = self.ids.get(conversation_id)
+        have = None if remote is None else self.table.rows.get(remote)
+        if have is None or have.updated_at_ms >= now:
+            return 0
+        self.table.put(remote, have._replace(updated_at_ms=now))
+        return 1
+
+    def flush(self, send: Writer) -> None:
+        """Write the changed conversations, then the rosters, then the conversations
+        whose only change is a touch, when their roster changed (see the module docstring)."""
+        table = self.table
+        content, touched = [], []
+        for key, was, row in list(table.changed()):
+            if was is None or was.content() != row.content():
+                content.append((key, row))
+            else:
+                touched.append((key, was, row))
+        self._send(send, content)
+        rostered = self.rosters.flush(send)
+        touches = []
+        for key, was, row in touched:
+            if row.id in rostered:
+                touches.append((key, row))
+            else:
+                table.put(key, was)  # a touch whose roster change did not last: not written
+        self._send(send, touches)
+
+    def _send(self, send: Writer, changed: list[tuple[str, Conversation]]) -> None:
+        if not changed:
+            return
+        rows = [{"id": row.id, "remote_conversation_id": key, "kind": row.kind, "title": row.title,
+                 "remote_revision": row.remote_revision, "last_message_at_ms": row.last_message_at_ms,
+                 "created_at_ms": row.created_at_ms, "updated_at_ms": row.updated_at_ms} for key, row in changed]
+        send(WRITE_ROWS, rows, bridge_id=self.bridge_id)
+        self.table.written(key for key, _ in changed)
+
+
+class Rosters:
+    """The rosters a batch reads and writes: whole ones (``want_roster``, for a roster
+    snapshot) and single members (``want_member``, for a sender joining one)."""
+
+    __slots__ = ("tx", "journal", "bridge_id", "conversations", "members", "whole")
+
+    def __init__(self, tx: Tx, journal: Journal, bridge_id: str, conversations: Conversations) -> None:
+        self.tx = tx
+        self.journal = journal
+        self.bridge_id = bridge_id
+        self.conversations = conversations
+        # (conversation id, identity id) -> Participant, or None: not a member
+        self.members = Table(journal)
+        # conversation id -> frozenset of its members' identity ids, for rosters read whole
+        self.whole = Table(journal)
+
+    def want_roster(self, conversation_id: str) -> None:
+        self.whole.want(conversation_id)
+
+    def want_member(self, conversation_id: str, identity_id: str) -> None:
+        if not self.whole.known(conversation_id):
+            self.members.want((conversation_id, identity_id))
+
+    def new_conversation(self, conversation_id: str) -> None:
+        """A conversation the batch inserts has no members yet."""
+        if not self.whole.known(conversation_id):
+            self.whole.load(conversation_id, frozenset())
+
+    def reads(self) -> list[Any]:
+        out: list[Any] = []
+        whole = self.whole.take_wanted()
+        if whole:
+            def take_whole(rows: list[tuple[Any, ...]]) -> None:
+                ids: dict[str, list[str]] = {cid: [] for cid in whole}
+                for cid, iid, role, name, active in rows:
+                    ids[cid].append(iid)
+                    if not self.members.known((cid, iid)):
+                        self.members.load((cid, iid), (role, name, bool(active)))
+                for cid in whole:
+                    self.whole.load(cid, frozenset(ids[cid]))
+
+            out.append((READ_ROSTERS, {"keys": rows_json(whole)}, take_whole))
+        points = [key for key in self.members.take_wanted() if key[0] not in whole]
+        if points:
+            def take_points(rows: list[tuple[Any, ...]]) -> None:
+                found = {(r[0], r[1]): (r[2], r[3], bool(r[4])) for r in rows}
+                for key in points:
+                    self.members.load(key, found.get(key))
+
+            keys = rows_json([{"conversation_id": c, "identity_id": i} for c, i in points])
+            out.append((READ_MEMBERS, {"keys": keys}, take_points))
+        return out
+
+    def roster(self, conversation_id: str) -> dict[str, Participant]:
+        """The whole roster, {identity id: participant} (read now if not read yet)."""
+        whole = self.whole
+        if not whole.known(conversation_id):
+            whole.want(conversation_id)
+            read_all(self.tx, self.reads())
+        members = self.members.rows
+        out = {}
+        for iid in whole.get(conversation_id):
+            value = members.get((conversation_id, iid))
+            if value is not None:
+                out[iid] = value
+        return out
+
+    def member(self, conversation_id: str, identity_id: str) -> Participant | None:
+        key = (conversation_id, identity_id)
+        members = self.members
+        if members.known(key):
+            value: Participant | None = members.get(key)
+            return value
+        if self.whole.known(conversation_id):
+            return None  # a roster read whole names every member
+        members.want(key)
+        read_all(self.tx, self.reads())
+        value = members.get(key)
+        return value
+
+    def _set(self, conversation_id: str, identity_id: str, value: Participant | None) -> None:
+        self.members.put((conversation_id, identity_id), value)
+        whole = self.whole
+        if whole.known(conversation_id):
+            ids = whole.get(conversation_id)
+            whole.put(conversation_id, ids | {identity_id} if value is not None else ids - {identity_id})
+
+    def sync(self, *, conversation_id: str, rows: list[RosterRow], touched_at_ms: int = 0) -> int:
+        """Make the roster equal ``rows``, writing only the difference; the roster rows
+        written (0: unchanged). When something was written and ``touched_at_ms > 0`` the
+        conversation's ``updated_at_ms`` advances to it (never back). Raises
+        :class:`RosterError` for a repeated identity or a missing conversation, before
+        changing anything."""
+        if not self.conversations.exists(conversation_id):
+            raise RosterError(f"conversation {conversation_id!r} does not exist")
+        stored = self.roster(conversation_id)
+        if _matches(stored, rows):
+            return 0
+        wanted: dict[str, RosterRow] = {}
+        for row in rows:
+            if row.identity_id in wanted:
+                raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")
+            wanted[row.identity_id] = row
+        written = 0
+        for identity_id in stored:
+            if identity_id not in wanted:
+                self._set(conversation_id, identity_id, None)
+                written += 1
+        for identity_id, row in wanted.items():
+            values = (row.role, row.display_name, bool(row.is_active))
+            if stored.get(identity_id) != values:
+                self._set(conversation_id, identity_id, values)
+                written += 1
+        if written and touched_at_ms > 0:
+            self.conversations.touch(conversation_id, touched_at_ms)
+        return written
+
+    def ensure_and_touch(self, *, conversation_id: str, identity_id: str, display_name: str, now: int) -> int:
+        """Add ``identity_id`` as an active member unless it is one already, and then touch
+        the conversation at ``now``; the roster rows written (0 or 1)."""
+        if self.member(conversation_id, identity_id) is not None:
+            return 0
+        self._set(conversation_id, identity_id, ("member", display_name, True))
+        self.conversations.touch(conversation_id, now)
+        return 1
+
+    def flush(self, send: Writer) -> set[str]:
+        """Write the roster differences (a delete, then an upsert statement); the
+        conversations whose roster was written."""
+        upserts, deletes, keys = [], [], []
+        for key, _was, row in self.members.changed():
+            cid, iid = key
+            keys.append(key)
+            if row is None:
+                deletes.append({"conversation_id": cid, "identity_id": iid})
+            else:
+                upserts.append({"conversation_id": cid, "identity_id": iid, "role": row[0],
+                                "display_name": row[1], "is_active": row[2]})
+        if deletes:
+            send(DELETE_PARTICIPANTS, deletes)
+        if upserts:
+            send(WRITE_PARTICIPANTS, upserts, bridge_id=self.bridge_id)
+        self.members.written(keys)
+        self.whole.written([cid for cid, _, _ in list(self.whole.changed())])
+        return {cid for cid, _ in keys}
+
+
+def _matches(stored: dict[str, Participant], rows: list[RosterRow]) -> bool:
+    """True when ``stored`` equals ``rows`` exactly; a roster that repeats an identity
+    never matches (each stored identity is matched at most once)."""
+    if len(rows) != len(stored):
+        return False
+    seen: set[str] = set()
+    for row in rows:
+        if row.identity_id in seen:
+            return False
+        seen.add(row.identity_id)
+        if stored.get(row.identity_id) != (row.role, row.display_name, bool(row.is_active)):
+            return False
+    return True
+
 
 # -- reads -------------------------------------------------------------------------------
 CONVERSATION_COLUMNS = (
@@ -145,216 +444,6 @@ CONVERSATION_OWNER = Stmt(
 )
 
 
-class RosterRow(NamedTuple):
-    """One roster entry as the projection wants it stored."""
-
-    identity_id: str
-    role: str
-    display_name: str
-    is_active: bool
-
-
-class RosterError(ValueError):
-    """A roster that cannot be stored (a repeated identity, a missing conversation)."""
-
-
-# -- conversation rows -------------------------------------------------------------------
-def upsert(
-    tx: Tx,
-    *,
-    id: str,
-    bridge_id: str,
-    remote_id: str,
-    kind: str,
-    title: str,
-    remote_revision: str | None,
-    now: int,
-) -> Rows:
-    """Insert, or update kind/title/revision when one differs; the rows written (a write
-    that may go behind, ``Tx.later``).
-
-    A new row starts with ``last_message_at_ms = 0``; the stored ``id``, ``created_at_ms``
-    and ``last_message_at_ms`` survive a conflict.
-    """
-    return tx.later(
-        UPSERT,
-        {
-            "id": id,
-            "bridge_id": bridge_id,
-            "remote_id": remote_id,
-            "kind": kind,
-            "title": title,
-            "remote_revision": remote_revision,
-            "now": now,
-        },
-    )
-
-
-def by_key(tx: Tx, bridge_id: str, remote_id: str) -> tuple[Any, ...] | None:
-    """``(id, kind, title, remote_revision)`` of the stored conversation, or None."""
-    return tx.one(BY_KEY, {"bridge_id": bridge_id, "remote_id": remote_id})
-
-
-def read_ahead_by_key(tx: Tx, bridge_id: str, remote_id: str) -> None:
-    """Announce a ``by_key`` read (``Tx.read_ahead``)."""
-    tx.read_ahead(BY_KEY, {"bridge_id": bridge_id, "remote_id": remote_id})
-
-
-def read_ahead_roster(tx: Tx, conversation_id: str) -> None:
-    """Announce ``sync_roster``'s read of the stored roster (``Tx.read_ahead``); withdraw it
-    (``drop_roster_ahead``) once this conversation's row is written before that read."""
-    tx.read_ahead(ROSTER, {"conversation_id": conversation_id})
-
-
-def drop_roster_ahead(tx: Tx, conversation_id: str) -> None:
-    tx.drop_ahead(ROSTER, {"conversation_id": conversation_id})
-
-
-def mint_or_bump(tx: Tx, *, id: str, bridge_id: str, remote_id: str, kind: str, at_ms: int, now: int) -> Rows:
-    """Create the conversation with ``last_message_at_ms = at_ms``, or raise its recency to
-    ``at_ms`` when strictly newer; the rows written (a write that may go behind)."""
-    return tx.later(
-        MINT_OR_BUMP,
-        {"id": id, "bridge_id": bridge_id, "remote_id": remote_id, "kind": kind, "at": at_ms, "now": now},
-    )
-
-
-def bump_recency(tx: Tx, conversation_id: str, at_ms: int) -> bool:
-    """Raise ``last_message_at_ms`` to ``at_ms`` only when strictly newer (same result as
-    ``MAX``, but an equal or older time writes nothing). A missing conversation is a no-op."""
-    return tx.rowcount(BUMP_RECENCY, {"id": conversation_id, "at": at_ms}) > 0
-
-
-def touch(tx: Tx, conversation_id: str, now: int) -> Rows:
-    """Advance ``updated_at_ms`` to ``now``; never moves it backwards (a write that may go
-    behind)."""
-    return tx.later(TOUCH, {"id": conversation_id, "now": now})
-
-
-# -- roster ------------------------------------------------------------------------------
-def _stored_roster(tx: Tx, conversation_id: str) -> dict[str, tuple[str, str, bool]] | None:
-    """{identity_id: (role, display_name, is_active)}, or None when the conversation is missing."""
-    rows = tx.all(ROSTER, {"conversation_id": conversation_id})
-    if not rows:
-        return None
-    return {r[1]: (r[2], r[3], bool(r[4])) for r in rows if r[1] is not None}
-
-
-def roster_matches(tx: Tx, conversation_id: str, rows: Iterable[RosterRow]) -> bool:
-    """True when the conversation exists and its stored roster equals ``rows`` exactly.
-
-    One read, no lock, no write: callable from a read transaction while another
-    connection holds the write lock. Each stored identity may be matched at most once, so
-    a roster that repeats an identity never matches.
-    """
-    stored = _stored_roster(tx, conversation_id)
-    if stored is None:
-        return False
-    return _matches(stored, list(rows))
-
-
-def _matches(stored: dict[str, tuple[str, str, bool]], rows: list[RosterRow]) -> bool:
-    if len(rows) != len(stored):
-        return False
-    seen: set[str] = set()
-    for row in rows:
-        if row.identity_id in seen:
-            return False
-        seen.add(row.identity_id)
-        if stored.get(row.identity_id) != (row.role, row.display_name, bool(row.is_active)):
-            return False
-    return True
-
-
-def sync_roster(
-    tx: Tx, *, conversation_id: str, bridge_id: str, rows: list[RosterRow], touched_at_ms: int = 0
-) -> Rows:
-    """Make the stored roster equal ``rows``, writing only the difference.
-
-    Returns the roster rows written (inserted + updated + deleted; writes that may go
-    behind); 0 means the roster was unchanged and nothing was written. When something was
-    written and ``touched_at_ms > 0`` the conversation's ``updated_at_ms`` advances to it
-    (never back). Each write of the difference writes exactly one row, since the roster it
-    is the difference from was read in this transaction, so "something was written" is
-    known before the writes run. Raises :class:`RosterError` for a repeated identity or a
-    missing conversation, before writing anything.
-    """
-    stored = _stored_roster(tx, conversation_id)
-    if stored is None:
-        raise RosterError(f"conversation {conversation_id!r} does not exist")
-    if _matches(stored, rows):
-        return NO_ROWS
-    wanted: dict[str, RosterRow] = {}
-    for row in rows:
-        if row.identity_id in wanted:
-            raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")
-        wanted[row.identity_id] = row
-    written = NO_ROWS
-    base = {"conversation_id": conversation_id}
-    for identity_id in stored:
-        if identity_id not in wanted:
-            written += tx.later(PARTICIPANT_DELETE, {**base, "identity_id": identity_id})
-    for identity_id, row in wanted.items():
-        have = stored.get(identity_id)
-        values = (row.role, row.display_name, bool(row.is_active))
-        if have == values:
-            continue
-        params = {
-            **base,
-            "identity_id": identity_id,
-            "bridge_id": bridge_id,
-            "role": row.role,
-            "display_name": row.display_name,
-            "is_active": bool(row.is_active),
-        }
-        written += tx.later(PARTICIPANT_INSERT if have is None else PARTICIPANT_UPDATE, params)
-    if written is not NO_ROWS and touched_at_ms > 0:  # a write was issued (see above)
-        touch(tx, conversation_id, touched_at_ms)
-    return written
-
-
-def ensure_participant(
-    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str
-) -> bool:
-    """Add ``identity_id`` to the roster as an active member unless it is there already."""
-    params = _ensure_params(conversation_id, identity_id, bridge_id, display_name)
-    return tx.rowcount(PARTICIPANT_ENSURE, params) > 0
-
-
-def ensure_participant_ahead(
-    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str, now: int
-) -> None:
-    """Announce the next ``ensure_and_touch`` call with these arguments (``Tx.send_ahead``;
-    PostgreSQL)."""
-    tx.send_ahead(PARTICIPANT_ENSURE_TOUCH, {**_ensure_params(conversation_id, identity_id, bridge_id, display_name),
-                                             "now": now})
-
-
-def ensure_and_touch(
-    tx: Tx, *, conversation_id: str, identity_id: str, bridge_id: str, display_name: str, now: int
-) -> Rows:
-    """``ensure_participant``, then, when it added the identity, ``touch`` at ``now``; the
-    roster rows written (0 or 1). PostgreSQL: one statement (``PARTICIPANT_ENSURE_TOUCH``),
-    a write that may go behind; SQLite, which has no writes in ``WITH``: the two calls."""
-    params = _ensure_params(conversation_id, identity_id, bridge_id, display_name)
-    if tx.dialect == "postgresql":
-        return tx.later(PARTICIPANT_ENSURE_TOUCH, {**params, "now": now})
-    added = tx.later(PARTICIPANT_ENSURE, params)
-    if added:
-        touch(tx, conversation_id, now)
-    return added
-
-
-def _ensure_params(conversation_id: str, identity_id: str, bridge_id: str, display_name: str) -> dict[str, str]:
-    return {
-        "conversation_id": conversation_id,
-        "identity_id": identity_id,
-        "bridge_id": bridge_id,
-        "display_name": display_name,
-    }
-
-
-# -- reads -------------------------------------------------------------------------------
 def bridge_owner(tx: Tx, bridge_id: str) -> tuple[bool, str | None]:
     """(the bridge exists, its owner's account id or None)."""
     row = tx.one(BRIDGE_OWNER, {"id": bridge_id})

@@ -428,6 +428,24 @@ class Tx:
         self._pending.clear()
         self._ahead.clear()
 
+    def execute_many(self, stmt: Stmt, rows: list[dict[str, Any]]) -> int:
+        """SQLite: run ``stmt`` once per parameter dict of ``rows``, in one call into the
+        library (``executemany``: compiled once, bound per row); the rows written."""
+        if self.dialect != "sqlite":
+            raise RuntimeError("execute_many is SQLite's; PostgreSQL sends rows as one statement")
+        sql, defaults = stmt.compiled(self.dialect)
+        if defaults:
+            rows = [{**defaults, **row} for row in rows]
+        meter = self.meter
+        meter.statements += 1
+        meter.round_trips += 1
+        cur = self.dbapi.cursor()
+        try:
+            cur.executemany(sql, rows)
+            return int(cur.rowcount)
+        finally:
+            cur.close()
+
     def all(self, stmt: Stmt, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         cur = self.execute(stmt, params)
         rows: list[tuple[Any, ...]] = cur.fetchall()

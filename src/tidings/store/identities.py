@@ -1,89 +1,137 @@
 """Bridge identities: who a network says did something, one row per (bridge, kind, canonical).
 
 Rows only; the merge rule (which values a new sighting may change) lives in
-``tidings.ingest.projection``. The upsert is guarded: on a natural-key conflict it updates
-only when a content column (raw, display_name, is_self, metadata) differs, so an unchanged
-identity costs no row write and its ``updated_at_ms`` stays the time of its last change.
+``tidings.ingest.projection``. ``Identities`` holds a batch's identities of one bridge
+(``store/batch_rows.py``, D115): read once, by key, with the batch's other reads; an
+upsert writes only when a content column (raw, display_name, is_self, metadata) differs,
+so an unchanged identity costs no row write and its ``updated_at_ms`` stays the time of
+its last change. The flush writes every changed identity in one statement, whose
+``ON CONFLICT`` update carries the same guard (``IDENTITY_GUARD``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from .engine import Rows, Tx
-from .sql import Stmt
+from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .engine import Tx
+from .sql import PerDialect, Stmt
+
+
+class Identity(NamedTuple):
+    """A stored identity (the key ``(kind, canonical)`` is the ``Table``'s)."""
+
+    id: str
+    raw: str
+    display_name: str
+    is_self: bool
+    metadata: str
+    created_at_ms: int
+    updated_at_ms: int
+
+    def content(self) -> tuple[Any, ...]:
+        return (self.raw, self.display_name, self.is_self, self.metadata)
+
 
 # The one guard predicate of this table: every content column the upsert sets.
 IDENTITY_GUARD = (
-    "identities.raw IS DISTINCT FROM excluded.raw"
-    " OR identities.display_name IS DISTINCT FROM excluded.display_name"
-    " OR identities.is_self IS DISTINCT FROM excluded.is_self"
-    " OR identities.metadata IS DISTINCT FROM excluded.metadata"
+    "(identities.raw, identities.display_name, identities.is_self, identities.metadata) IS DISTINCT FROM "
+    "(excluded.raw, excluded.display_name, excluded.is_self, excluded.metadata)"
 )
-
-UPSERT = Stmt(
-    "INSERT INTO identities (id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, "
-    "created_at_ms, updated_at_ms) VALUES (:id, :bridge_id, :kind, :canonical, :raw, :display_name, "
-    ":is_self, :metadata, :now, :now) "
-    "ON CONFLICT (bridge_id, kind, canonical) DO UPDATE SET raw = excluded.raw, "
-    "display_name = excluded.display_name, is_self = excluded.is_self, metadata = excluded.metadata, "
-    "updated_at_ms = excluded.updated_at_ms "
-    f"WHERE {IDENTITY_GUARD}",
-    name="identities.upsert",
+READ_BY_KEYS = PerDialect(
+    name="identities.read_by_keys",
+    **probe("identities", "kind, canonical, id, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms",
+            "kind, canonical", "bridge_id = :bridge_id"),
 )
-BY_KEY = Stmt(
-    "SELECT id, raw, display_name, is_self, metadata FROM identities "
-    "WHERE bridge_id = :bridge_id AND kind = :kind AND canonical = :canonical",
-    name="identities.by_key",
+_ROWS = rowset(
+    "id text, kind text, canonical text, raw text, display_name text, is_self boolean, metadata text, "
+    "created_at_ms bigint, updated_at_ms bigint"
+)
+WRITE_ROWS = PerDialect(
+    name="identities.write_rows",
+    **per_dialect(
+        "INSERT INTO identities (id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, "
+        "created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.kind, r.canonical, r.raw, r.display_name, "
+        "r.is_self, r.metadata, r.created_at_ms, r.updated_at_ms FROM {rows} WHERE true "
+        "ON CONFLICT (bridge_id, kind, canonical) DO UPDATE SET raw = excluded.raw, "
+        "display_name = excluded.display_name, is_self = excluded.is_self, metadata = excluded.metadata, "
+        f"updated_at_ms = excluded.updated_at_ms WHERE {IDENTITY_GUARD}",
+        rows=_ROWS,
+    ),
 )
 COLUMNS = "id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms"
 OF_BRIDGE = Stmt(f"SELECT {COLUMNS} FROM identities WHERE bridge_id = :bridge_id ORDER BY kind, canonical", name="of_bridge")
 BY_ID = Stmt(f"SELECT {COLUMNS} FROM identities WHERE id = :id", name="by_id")
 
 
-def upsert(
-    tx: Tx,
-    *,
-    id: str,
-    bridge_id: str,
-    kind: str,
-    canonical: str,
-    raw: str,
-    display_name: str,
-    is_self: bool,
-    now: int,
-    metadata: str = "{}",
-) -> Rows:
-    """Insert, or update the content columns when one differs; the rows written (true
-    when one was; a write that may go behind, ``Tx.later``).
+class Identities:
+    """The identities of one bridge that a batch reads and writes, by ``(kind, canonical)``."""
 
-    A conflict keeps the stored ``id`` and ``created_at_ms``.
-    """
-    return tx.later(
-            UPSERT,
-            {
-                "id": id,
-                "bridge_id": bridge_id,
-                "kind": kind,
-                "canonical": canonical,
-                "raw": raw,
-                "display_name": display_name,
-                "is_self": is_self,
-                "metadata": metadata,
-                "now": now,
-            },
-    )
+    __slots__ = ("tx", "bridge_id", "table")
 
+    def __init__(self, tx: Tx, journal: Journal, bridge_id: str) -> None:
+        self.tx = tx
+        self.bridge_id = bridge_id
+        self.table = Table(journal)
 
-def by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> tuple[Any, ...] | None:
-    """``(id, raw, display_name, is_self, metadata)`` of the stored identity, or None."""
-    return tx.one(BY_KEY, {"bridge_id": bridge_id, "kind": kind, "canonical": canonical})
+    def want(self, kind: str, canonical: str) -> None:
+        self.table.want((kind, canonical))
 
+    def reads(self) -> list[Any]:
+        """The batch's read of the identities asked for (``batch_rows.read_all``)."""
+        keys = self.table.take_wanted()
+        if not keys:
+            return []
+        table = self.table
 
-def read_ahead_by_key(tx: Tx, bridge_id: str, kind: str, canonical: str) -> None:
-    """Announce a ``by_key`` read (``Tx.read_ahead``): the caller must not write this
-    identity before it reads it."""
-    tx.read_ahead(BY_KEY, {"bridge_id": bridge_id, "kind": kind, "canonical": canonical})
+        def take(rows: list[tuple[Any, ...]]) -> None:
+            found = {(r[0], r[1]): Identity(r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8]) for r in rows}
+            for key in keys:
+                table.load(key, found.get(key))
+
+        params = {"bridge_id": self.bridge_id, "keys": rows_json([{"kind": k, "canonical": c} for k, c in keys])}
+        return [(READ_BY_KEYS, params, take)]
+
+    def get(self, kind: str, canonical: str) -> Identity | None:
+        """The identity as the batch has it (read now if the batch has not read it)."""
+        key = (kind, canonical)
+        table = self.table
+        if not table.known(key):
+            table.want(key)
+            read_all(self.tx, self.reads())
+        row: Identity | None = table.get(key)
+        return row
+
+    def upsert(self, *, id: str, kind: str, canonical: str, raw: str, display_name: str, is_self: bool,
+               now: int, metadata: str = "{}") -> int:
+        """Insert, or update the content columns when one differs; the rows written (0 or
+        1). A stored identity keeps its ``id`` and ``created_at_ms``."""
+        have = self.get(kind, canonical)
+        if have is None:
+            self.table.put((kind, canonical), Identity(id, raw, display_name, is_self, metadata, now, now))
+            return 1
+        if have.content() == (raw, display_name, is_self, metadata):
+            return 0
+        self.table.put((kind, canonical), have._replace(raw=raw, display_name=display_name, is_self=is_self,
+                                                        metadata=metadata, updated_at_ms=now))
+        return 1
+
+    def flush(self, send: Writer) -> None:
+        """Write every identity whose content changed, in one statement."""
+        rows, written = [], []
+        table = self.table
+        for key, was, row in list(table.changed()):
+            if was is not None and was.content() == row.content():
+                table.put(key, was)  # changed and changed back: nothing to write
+                continue
+            kind, canonical = key
+            rows.append({"id": row.id, "kind": kind, "canonical": canonical, "raw": row.raw,
+                         "display_name": row.display_name, "is_self": row.is_self, "metadata": row.metadata,
+                         "created_at_ms": row.created_at_ms, "updated_at_ms": row.updated_at_ms})
+            written.append(key)
+        if rows:
+            send(WRITE_ROWS, rows, bridge_id=self.bridge_id)
+            table.written(written)
 
 
 def of_bridge(tx: Tx, bridge_id: str) -> list[dict[str, Any]]:

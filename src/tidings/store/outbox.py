@@ -16,6 +16,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
+from .batch_rows import per_dialect, probe, rowset
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -86,13 +87,23 @@ RETRY_LATER = Stmt(
     "WHERE id = :id AND state = 'pending'"
 )
 SET_BODY = Stmt("UPDATE outbox SET body = :body, updated_at_ms = :now WHERE id = :id AND state = 'pending'")
-ECHO_CANDIDATES = Stmt(
-    "SELECT id, remote_id, echo_message_id FROM outbox "
-    "WHERE bridge_id = :bridge_id AND conversation_id = :conversation_id AND remote_id = :remote_id "
-    "AND kind IN ('send', 'reply') ORDER BY seq"
-)
 SET_ECHO = Stmt(
     "UPDATE outbox SET echo_message_id = :echo, updated_at_ms = :now WHERE id = :id AND echo_message_id IS NULL"
+)
+# The echo candidates of several (conversation, remote id) pairs at once (a batch of frames,
+# ``bridges/echo.py``), and their echo links written in one statement.
+ECHO_CANDIDATES_OF = PerDialect(
+    name="outbox.echo_candidates_of",
+    **probe("outbox", "conversation_id, remote_id, id, echo_message_id, seq", "conversation_id, remote_id",
+            "bridge_id = :bridge_id AND remote_id IS NOT NULL AND kind IN ('send', 'reply')", order="seq"),
+)
+SET_ECHOES = PerDialect(
+    name="outbox.set_echoes",
+    **per_dialect(
+        "UPDATE outbox SET echo_message_id = r.echo_message_id, updated_at_ms = r.updated_at_ms FROM {rows} "
+        "WHERE outbox.id = r.id AND outbox.echo_message_id IS NULL",
+        rows=rowset("id text, echo_message_id text, updated_at_ms bigint"),
+    ),
 )
 TYPING = Stmt(
     "SELECT DISTINCT l.conversation_id, c.remote_conversation_id FROM agent_sessions s "
@@ -163,17 +174,6 @@ def retry_later(tx: Tx, item_id: str, not_before: int, cause: str, now: int) -> 
 
 def set_body(tx: Tx, item_id: str, body: str, now: int) -> bool:
     return tx.rowcount(SET_BODY, {"id": item_id, "body": body, "now": now}) == 1
-
-
-def echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str) -> list[tuple[Any, ...]]:
-    return tx.all(ECHO_CANDIDATES, {"bridge_id": bridge_id, "conversation_id": conversation_id,
-                                    "remote_id": remote_id})
-
-
-def read_ahead_echo_candidates(tx: Tx, bridge_id: str, conversation_id: str, remote_id: str) -> None:
-    """Announce an ``echo_candidates`` read (``Tx.read_ahead``)."""
-    tx.read_ahead(ECHO_CANDIDATES, {"bridge_id": bridge_id, "conversation_id": conversation_id,
-                                    "remote_id": remote_id})
 
 
 def set_echo(tx: Tx, item_id: str, echo_message_id: str, now: int) -> bool:

@@ -1,0 +1,228 @@
+"""Rows a batch of frames reads and writes, held in memory for one transaction (D115).
+
+The projection of a batch (one frame, a request of many, a drained frame) reads every row
+its frames touch in one round trip of set-based reads, applies each frame's rules to those
+rows in memory, and writes the rows that changed with one set-based statement per table.
+The table families (``identities``, ``conversations``, ``bridge_messages``, ``reactions``,
+``read_cursors``) keep their rows in ``Table``s built here; ``ingest/batch.py`` puts them
+together. What these pieces guarantee:
+
+* **Read once.** A key is read from the database at most once a batch (``Table.load``);
+  from then on its row, or its absence, is the batch's, changed only by the batch. That is
+  sound because every writer of a bridge's projection rows holds the bridge's lock
+  (``inbox.lock_bridge_appends``) for its whole transaction, the batch included.
+* **A frame is taken back whole.** Every change to a ``Table`` goes through the batch's
+  ``Journal``; a frame that fails is rolled back to its mark, in memory, and the database
+  never saw it.
+* **Net writes.** ``Table.changed`` yields a key only when its row differs from what was
+  read (an insert, a delete, an update); a family writes a row only when its content
+  differs, so a row changed by ten frames of a batch is written once, and a row changed
+  and changed back is not written at all. Each write statement also carries the guard
+  ``IS DISTINCT FROM`` the stored row: the database writes no row whose content it
+  already holds.
+
+Keys go out as JSON text (``probe``), walked by PostgreSQL's JSON
+functions and SQLite's ``json_each``. Rows to write go out through a ``Writer``
+(``rowset``): on PostgreSQL as one statement over JSON rows; on SQLite, where a statement
+costs no round trip, as the same statement bound once per row (``Tx.execute_many``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .engine import Tx
+from .sql import Stmt
+
+#: The journal's mark of a key that was not in its dict.
+_ABSENT = object()
+
+
+
+class Journal:
+    """The undo log of one batch: ``put`` and ``drop`` change a dict and remember what was
+    there; ``rollback(mark)`` restores every dict changed since ``mark``, newest first."""
+
+    __slots__ = ("_undo", "asked")
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
+        self.asked = False  # some ``Table.want`` asked for a key since the batch last read
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        self._undo.append((table, key, table.get(key, _ABSENT)))
+        table[key] = value
+
+    def drop(self, table: dict[Any, Any], key: Any) -> None:
+        if key in table:
+            self._undo.append((table, key, table[key]))
+            del table[key]
+
+    def rollback(self, mark: int) -> None:
+        undo = self._undo
+        while len(undo) > mark:
+            table, key, old = undo.pop()
+            if old is _ABSENT:
+                table.pop(key, None)
+            else:
+                table[key] = old
+
+
+class Table:
+    """One table's rows for a batch, by key: ``read`` holds each row as the database had
+    it when the batch read it (None: no row), ``rows`` as the batch has made it. A key in
+    neither is unknown: the family reads it before using it (``want`` and ``load``)."""
+
+    __slots__ = ("journal", "read", "rows", "wanted")
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.read: dict[Any, Any] = {}
+        self.rows: dict[Any, Any] = {}
+        self.wanted: set[Any] = set()
+
+    def want(self, key: Any) -> None:
+        """Ask for ``key`` to be read with the batch's next read (unless known already)."""
+        if key not in self.rows:
+            self.wanted.add(key)
+            self.journal.asked = True
+
+    def take_wanted(self) -> list[Any]:
+        """The keys asked for and not known yet (sorted, so a statement's text and
+        parameters do not depend on set order); forgets the asking."""
+        keys = sorted(k for k in self.wanted if k not in self.rows)
+        self.wanted.clear()
+        return keys
+
+    def load(self, key: Any, row: Any) -> None:
+        """``key`` as the database has it (``row``, or None for no row). Not journaled: a
+        key is loaded only while unknown, so nothing the batch wrote is in its row, and a
+        frame taken back leaves that fact as true as it was."""
+        self.read[key] = row
+        self.rows[key] = row
+
+    def known(self, key: Any) -> bool:
+        return key in self.rows
+
+    def get(self, key: Any) -> Any:
+        return self.rows[key]
+
+    def put(self, key: Any, row: Any) -> None:
+        self.journal.put(self.rows, key, row)
+
+    def forget(self, key: Any) -> None:
+        """Make ``key`` unknown again (someone else's statement in this transaction
+        changed its row): the next use reads it afresh."""
+        self.journal.drop(self.read, key)
+        self.journal.drop(self.rows, key)
+
+    def changed(self) -> Iterator[tuple[Any, Any, Any]]:
+        """``(key, read, row)`` of every key whose row differs from what was read."""
+        read = self.read
+        for key, row in self.rows.items():
+            was = read.get(key)
+            if row != was:
+                yield key, was, row
+
+    def written(self, keys: Iterable[Any]) -> None:
+        """The database now holds these keys' rows as the batch has them."""
+        journal, rows, read = self.journal, self.rows, self.read
+        for key in keys:
+            journal.put(read, key, rows[key])
+
+
+def recordset(columns: str, param: str = "rows") -> dict[str, str]:
+    """The ``FROM`` item ``r`` of the JSON rows in ``:param``, per dialect: ``columns`` is
+    ``"name type, ..."`` with PostgreSQL types (SQLite takes the values as JSON gives them:
+    text, integers, and 1/0 for booleans)."""
+    names = [part.split()[0] for part in columns.split(",")]
+    picks = ", ".join(f"value ->> '$.{name}' AS {name}" for name in names)
+    return {
+        "postgresql": f"json_to_recordset(CAST(:{param} AS json)) AS r({columns})",
+        "sqlite": f"(SELECT {picks} FROM json_each(:{param})) AS r",
+    }
+
+
+def rowset(columns: str) -> dict[str, str]:
+    """The ``FROM`` item ``r`` of the rows a ``Writer`` sends, per dialect: PostgreSQL, the
+    JSON rows in ``:rows`` (``recordset``); SQLite, one row of named parameters, the
+    statement being run once per row. ``columns`` as for ``recordset``."""
+    names = [part.split()[0] for part in columns.split(",")]
+    return {
+        "postgresql": recordset(columns)["postgresql"],
+        "sqlite": "(SELECT " + ", ".join(f":{name} AS {name}" for name in names) + ") AS r",
+    }
+
+
+class Writer:
+    """How a batch's flush writes rows: ``writer(stmt, rows, **params)``, ``stmt`` being
+    written over ``rowset``. PostgreSQL: one statement, its rows as JSON, through
+    ``Tx.later`` (behind, with the ``COMMIT``, when the transaction writes behind; else at
+    once); SQLite: the statement once per row, now. Returns what was written (``Rows`` on
+    PostgreSQL: read it after the commit, or pay a round trip)."""
+
+    __slots__ = ("tx",)
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+
+    def __call__(self, stmt: Stmt, rows: list[dict[str, Any]], **params: Any) -> Any:
+        tx = self.tx
+        if tx.dialect == "postgresql":
+            return tx.later(stmt, {**params, "rows": rows_json(rows)})
+        return tx.execute_many(stmt, [{**params, **row} for row in rows] if params else rows)
+
+
+def probe(table: str, columns: str, keys: str, where: str = "true", order: str = "") -> dict[str, str]:
+    """``SELECT columns FROM table`` for each key in ``:keys``, with ``where`` on top, per
+    dialect. ``keys`` names one key column (``:keys`` a JSON array of values) or two, comma
+    separated (``:keys`` a JSON array of objects). Each key is one index probe, whatever
+    the planner's estimates: on PostgreSQL a lateral lookup a key behind an ``OFFSET 0``
+    fence (a prepared statement's generic plan takes an array of keys for 100 rows, and
+    would scan a small table whole for one key); on SQLite an ``IN`` list.
+    ``order``: an ``ORDER BY`` of ``columns``."""
+    names = [k.strip() for k in keys.split(",")]
+    picked = ", ".join(f"t.{c.strip()}" for c in columns.split(","))
+    if len(names) == 1:
+        (k,) = names
+        source_pg = f"json_array_elements_text(CAST(:keys AS json)) AS r({k})"
+        member_sqlite = f"{k} IN (SELECT value FROM json_each(:keys))"
+    else:
+        source_pg = recordset(", ".join(f"{k} text" for k in names), "keys")["postgresql"]
+        inner = recordset(", ".join(f"{k} text" for k in names), "keys")["sqlite"]
+        member_sqlite = f"({', '.join(names)}) IN (SELECT {', '.join(f'r.{k}' for k in names)} FROM {inner})"
+    match = " AND ".join(f"{k} = r.{k}" for k in names)
+    suffix = f" ORDER BY {order}" if order else ""
+    return {
+        "postgresql": f"SELECT {picked} FROM {source_pg} CROSS JOIN LATERAL (SELECT {columns} FROM {table} "
+                      f"WHERE {match} AND {where} OFFSET 0) t" + (f" ORDER BY t.{order}" if order else ""),
+        "sqlite": f"SELECT {columns} FROM {table} WHERE {where} AND {member_sqlite}{suffix}",
+    }
+
+
+def per_dialect(template: str, **sources: dict[str, str]) -> dict[str, str]:
+    """``template`` with each ``{name}`` filled by ``sources[name][dialect]``, per dialect."""
+    return {dialect: template.format(**{k: v[dialect] for k, v in sources.items()})
+            for dialect in ("postgresql", "sqlite")}
+
+
+def rows_json(rows: list[Any]) -> str:
+    """JSON text of rows for ``recordset``, or of keys for ``probe`` (ASCII, so any text
+    survives both decoders)."""
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def read_all(tx: Tx, reads: list[tuple[Stmt, dict[str, Any], Callable[[list[tuple[Any, ...]]], None]]]) -> None:
+    """Run ``reads`` and hand each its rows: on PostgreSQL every read is announced first
+    (``Tx.read_ahead``), so they all go out in one round trip, with whatever waits."""
+    if not reads:
+        return
+    for stmt, params, _ in reads:
+        tx.read_ahead(stmt, params)
+    for stmt, params, take in reads:
+        take(tx.all(stmt, params))
