@@ -261,25 +261,25 @@ def test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read
     ingest.append_body(bridge, signal_body(1), "signal")
     after = store.meter.snapshot()
     sent = {k: after[k] - before[k] for k in after}
-    # The frame's rows are read by one statement per table family (D115): the sender, the
-    # conversation, the sender's place in its roster, the message; the changed rows are
-    # written by one statement each: the conversation's recency, the message.
-    reads = ["identities.read_by_keys", "conversations.read_by_remote_ids", "participants.read_members",
-             "bridge_messages.read_by_ids"]
-    writes = ["conversations.write_rows", "bridge_messages.write_rows"]
+    # The request's stored dedupe keys are read, and the frame's rows by one statement per
+    # table family (D115): the sender, the conversation, the sender's place in its roster,
+    # the message; the changed rows are written by one statement each: the conversation's
+    # recency, the message; then the request's inbox row (D113).
+    reads = ["inbox.stored_by_dedupe_keys", "identities.read_by_keys", "conversations.read_by_remote_ids",
+             "participants.read_members", "bridge_messages.read_by_ids"]
+    writes = ["conversations.write_rows", "bridge_messages.write_rows", "inbox.insert_frames"]
     if store.dialect == "postgresql":
-        # The bridge's append lock is deferred (Tx.defer); the frame is inserted applied first,
-        # its batch's reads ride in that round trip (read ahead), then the held-up check's
-        # answer is read (read ahead too); the writes go behind, with the COMMIT.
-        assert names == ["inbox.insert_frame", *reads, "inbox.older_unprocessed", *writes]
-        # [BEGIN, lock, held-up read, SAVEPOINT, the 4 reads, inbox insert]
-        # [the 2 writes, COMMIT]: the RELEASE that waits is dropped, since COMMIT releases
-        # every savepoint.
+        # The bridge's append lock is deferred (Tx.defer); the reads and the held-up check's
+        # read (speculative, D82) go out together, announced ahead; the writes go behind,
+        # with the COMMIT.
+        assert names == [*reads, "inbox.older_unprocessed", *writes]
+        # [BEGIN, lock, the 5 reads, held-up read] [the 3 writes, COMMIT]
         assert sent == {"statements": 12, "round_trips": 2, "commits": 1}
     else:
-        assert names == ["inbox.older_unprocessed", "inbox.insert_frame", *reads, *writes]
-        # BEGIN IMMEDIATE, the eight, SAVEPOINT, RELEASE, COMMIT: each one call.
-        assert sent == {"statements": 12, "round_trips": 12, "commits": 1}
+        assert names == ["inbox.older_unprocessed", *reads, *writes]
+        # BEGIN IMMEDIATE, the nine, COMMIT: each one call, and no savepoint (a frame that
+        # cannot call the link hook writes nothing until the flush).
+        assert sent == {"statements": 11, "round_trips": 11, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -295,14 +295,14 @@ def sync_sent_body(n: int) -> dict:
 def test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read(store, ingest):
     sent = sent_by_a_second_frame(store, ingest, "signal", sync_sent_body)
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, sender, conversation and message reads, echo
-        # lock, echo read, inbox insert] [recency bump, message insert, COMMIT]: the echo lock
-        # and read are announced with the batch's other reads (D115), the lock first.
+        # [BEGIN, lock, dedupe read, sender, conversation and message reads, echo lock, echo
+        # read, held-up read] [recency bump, message insert, inbox row, COMMIT]: the echo
+        # lock and read are announced with the batch's other reads (D115), the lock first.
         assert sent == {"statements": 13, "round_trips": 2, "commits": 1}
     else:
-        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, the four reads (SQLite has
-        # one writer: no echo lock), the two writes, RELEASE, COMMIT.
-        assert sent == {"statements": 12, "round_trips": 12, "commits": 1}
+        # BEGIN IMMEDIATE, held-up read, dedupe read, the three reads (SQLite has one writer:
+        # no echo lock), the echo read, the two writes, the inbox row, COMMIT.
+        assert sent == {"statements": 11, "round_trips": 11, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -399,14 +399,14 @@ def test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conve
     sent = sent_by_a_second_frame(store, ingest, "google",
                                   lambda n: google_body("google_conversation_group.json", n))
     if store.dialect == "postgresql":
-        # [BEGIN, lock, held-up read, SAVEPOINT, identities read (all 3 at once), conversation
-        # read, roster read, inbox insert] COMMIT: every read is one statement a table family
-        # (D115), and an unchanged snapshot writes nothing more.
+        # [BEGIN, lock, dedupe read, identities read (all 3 at once), conversation read,
+        # roster read, held-up read] [inbox row, COMMIT]: every read is one statement a table
+        # family (D115), and an unchanged snapshot writes nothing more.
         assert sent == {"statements": 9, "round_trips": 2, "commits": 1}
     else:
-        # BEGIN IMMEDIATE, held-up read, SAVEPOINT, inbox insert, the identities, conversation
-        # and roster reads, RELEASE, COMMIT.
-        assert sent == {"statements": 9, "round_trips": 9, "commits": 1}
+        # BEGIN IMMEDIATE, held-up read, dedupe read, the identities, conversation and roster
+        # reads, the inbox row, COMMIT.
+        assert sent == {"statements": 8, "round_trips": 8, "commits": 1}
     assert outcomes(store) == {"applied": 2}
 
 
@@ -418,7 +418,7 @@ def test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip
     # PostgreSQL: the stored fence and the stored reactions are read with the batch's other
     # reads (D103, D115), in the inbox insert's round trip, and nothing changed is written;
     # SQLite: every statement is one call.
-    assert sent["round_trips"] == {"postgresql": 2, "sqlite": 11}[store.dialect], sent
+    assert sent["round_trips"] == {"postgresql": 2, "sqlite": 10}[store.dialect], sent
     assert outcomes(store) == {"applied": 2}
 
 
@@ -496,12 +496,12 @@ def test_a_batch_of_frames_costs_two_round_trips_whatever_its_size(store, ingest
     after = store.meter.snapshot()
     sent = {k: after[k] - before[k] for k in after}
     if store.dialect == "postgresql":
-        # [BEGIN, lock, dedupe read, held-up read, SAVEPOINT, the 4 reads] then
-        # [the 2 writes, the inbox rows, COMMIT]: 2 round trips for 10 frames.
-        assert sent == {"statements": 13, "round_trips": 2, "commits": 1}, sent
+        # [BEGIN, lock, dedupe read, the 4 reads, held-up read] then [the 2 writes, the inbox
+        # rows, COMMIT]: 2 round trips for 10 frames.
+        assert sent == {"statements": 12, "round_trips": 2, "commits": 1}, sent
     else:
-        # Each frame's own SAVEPOINT, inbox insert and RELEASE; the reads and writes once.
-        assert sent["round_trips"] == sent["statements"] == 39 and sent["commits"] == 1, sent
+        # The same statements, each one call: no statement a frame.
+        assert sent == {"statements": 11, "round_trips": 11, "commits": 1}, sent
     assert outcomes(store) == {"applied": 11}
 
 

@@ -28,8 +28,7 @@ from tidings.store.bridge_messages import Messages
 from tidings.store.conversations import Conversations, RosterError, RosterRow
 from tidings.store.engine import is_integrity_error
 from tidings.store.identities import Identities
-from tidings.store.reactions import Reactions
-from tidings.store.reactions import SnapshotEntry
+from tidings.store.reactions import Reactions, SnapshotEntry
 from tidings.store.sql import PerDialect, Stmt
 
 SETTINGS = settings(

@@ -1,9 +1,9 @@
-"""A request of several frames stores its inbox rows in one statement (D113), both backends.
+"""A request stores its inbox rows in one statement (D113, D115), both backends.
 
-On PostgreSQL, apply on append of a request of several frames reads the frames stored
-under the request's dedupe keys once, in the first frame's round trip, and sends every new
-frame's row, with its outcome, in one insert behind, with the ``COMMIT``. SQLite inserts a
-row a frame, as before. Either way the answers and the rows are what one-row inserts give:
+Apply on append reads the frames stored under the request's dedupe keys once, in the
+first frame's round trip, and sends every new frame's row, with its outcome, in one insert
+after the projection's writes (PostgreSQL: behind, with the ``COMMIT``; SQLite: bound once
+a row, one call). The answers and the rows are what one-row inserts give:
 a replay returns the stored id (stale when it differs), a key repeated inside the request
 is a replay of its first frame, a quarantined frame keeps its cause, and nothing is lost
 when another append stores one of the keys while the request runs.
@@ -59,7 +59,7 @@ def bridge(store):
 def sent(monkeypatch):
     """The names of the statements the store is asked to run (at once, read ahead or behind)."""
     names: list[str] = []
-    real_execute, real_later, real_ahead = Tx.execute, Tx.later, Tx._queue_ahead
+    real_execute, real_later, real_ahead, real_many = Tx.execute, Tx.later, Tx._queue_ahead, Tx.execute_many
 
     def execute(tx, stmt, params=None):
         if _ahead_key(stmt, params) not in tx._ahead:  # a read announced ahead was counted then
@@ -76,9 +76,14 @@ def sent(monkeypatch):
             names.append(stmt.name)
         return real_ahead(tx, stmt, params)
 
+    def many(tx, stmt, rows):
+        names.append(stmt.name)
+        return real_many(tx, stmt, rows)
+
     monkeypatch.setattr(Tx, "execute", execute)
     monkeypatch.setattr(Tx, "later", later)
     monkeypatch.setattr(Tx, "_queue_ahead", ahead)
+    monkeypatch.setattr(Tx, "execute_many", many)
     return names
 
 
@@ -140,15 +145,9 @@ def test_a_request_of_several_frames_answers_and_stores_what_one_row_inserts_do(
     assert messages(store) == ["message 0", "message 1", "message 4", "message 5", "naïve \U0001f44b done"]
     counters = ingest.counters.of(bridge).snapshot()
     assert (counters["appended"], counters["deduped"], counters["stale_replays"]) == (6, 4, 2)
-    if store.dialect == PG:
-        # One read of the stored keys, one insert of the new rows; no row inserted alone.
-        assert sent.count("inbox.stored_by_dedupe_keys") == 1 and sent.count("inbox.insert_frames") == 1
-        assert "inbox.insert_frame" not in sent and "inbox.frame_by_dedupe" not in sent
-    else:
-        # A row a frame (the quarantined one twice: applied, taken back with its savepoint, then
-        # quarantined), a read for each replay.
-        assert sent.count("inbox.insert_frame") == len(request) + 1 and "inbox.insert_frames" not in sent
-        assert sent.count("inbox.frame_by_dedupe") == 4
+    # One read of the stored keys, one insert of the new rows; no row inserted alone.
+    assert sent.count("inbox.stored_by_dedupe_keys") == 1 and sent.count("inbox.insert_frames") == 1
+    assert "inbox.insert_frame" not in sent and "inbox.frame_by_dedupe" not in sent
 
 
 def test_a_request_whose_rows_outgrow_one_statement_sends_them_in_several(store, ingest, bridge, sent, monkeypatch):
@@ -157,8 +156,7 @@ def test_a_request_whose_rows_outgrow_one_statement_sends_them_in_several(store,
     assert [r.replay for r in results] == [False] * 4
     assert {row[7] for row in inbox_rows(store, bridge).values()} == {"applied"}
     assert messages(store) == [f"message {n}" for n in range(4)]
-    if store.dialect == PG:
-        assert sent.count("inbox.insert_frames") == 4
+    assert sent.count("inbox.insert_frames") == 4
 
 
 @pytest.mark.parametrize("cap", ["one insert", "an insert a row"])
@@ -191,8 +189,6 @@ def test_a_key_another_append_stored_meanwhile_sends_the_request_again_the_plain
     assert {row[7] for row in inbox_rows(store, bridge).values()} == {"applied"}
     assert messages(store) == ["message 0", "message 1"]
     again = [e for e in logs if "appending without it" in e["event"]]
-    if store.dialect == PG:
-        assert missed  # the request took the several-frames path, and lost it to the race:
-        assert len(again) == 1 and "UniqueViolation" in again[0]["error"]
-    else:
-        assert not missed and not again  # SQLite inserts a row a frame: its own insert finds the key
+    assert missed  # the request read its keys, and lost the transaction to the race:
+    assert len(again) == 1
+    assert ("UniqueViolation" if store.dialect == PG else "IntegrityError") in again[0]["error"]

@@ -95,8 +95,12 @@ class Table:
     def take_wanted(self) -> list[Any]:
         """The keys asked for and not known yet (sorted, so a statement's text and
         parameters do not depend on set order); forgets the asking."""
-        keys = sorted(k for k in self.wanted if k not in self.rows)
-        self.wanted.clear()
+        wanted = self.wanted
+        if not wanted:
+            return []
+        rows = self.rows
+        keys = sorted(k for k in wanted if k not in rows)
+        wanted.clear()
         return keys
 
     def load(self, key: Any, row: Any) -> None:
@@ -211,10 +215,13 @@ def per_dialect(template: str, **sources: dict[str, str]) -> dict[str, str]:
             for dialect in ("postgresql", "sqlite")}
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def rows_json(rows: list[Any]) -> str:
     """JSON text of rows for ``recordset``, or of keys for ``probe`` (ASCII, so any text
     survives both decoders)."""
-    return json.dumps(rows, separators=(",", ":"))
+    return _ENCODE(rows)
 
 
 def read_all(tx: Tx, reads: list[tuple[Stmt, dict[str, Any], Callable[[list[tuple[Any, ...]]], None]]]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from .batch_rows import Writer, per_dialect, probe, rowset
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -53,29 +54,27 @@ FRAME_BY_DEDUPE = Stmt(
     name="inbox.frame_by_dedupe",
 )
 
-# A request of several frames, applied on append on PostgreSQL (D113): one read of the frames
-# stored under the request's dedupe keys (a JSON array of them), and its inbox rows in one
-# insert (a JSON array of row objects) sent behind, with the COMMIT. No ON CONFLICT: the
+# A request applied on append (D113, D115): one read of the frames stored under the request's
+# dedupe keys (a JSON array of them), and its inbox rows in one insert (PostgreSQL: a JSON
+# array of row objects, sent behind, with the COMMIT). No ON CONFLICT: the
 # bridge's append lock keeps every applying append of the bridge out, so a conflict is an
 # append that does not apply racing this one, and its unique violation loses the whole
 # transaction, which is then appended again the plain way (``WriteBehindFailed``).
 STORED_BY_DEDUPE_KEYS = PerDialect(
     name="inbox.stored_by_dedupe_keys",
-    postgresql=(
-        "SELECT dedupe_key, inbox_id, codec, codec_version, payload FROM inbox WHERE bridge_id = :bridge_id "
-        "AND dedupe_key = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) AND dedupe_key <> ''"
-    ),
+    # ``dedupe_key <> ''`` repeats the unique index's predicate so the planner may use it.
+    **probe("inbox", "dedupe_key, inbox_id, codec, codec_version, payload", "dedupe_key",
+            "bridge_id = :bridge_id AND dedupe_key <> ''"),
 )
 INSERT_FRAMES = PerDialect(
     name="inbox.insert_frames",
-    postgresql=(
+    **per_dialect(
         "INSERT INTO inbox (inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, "
         "client_received_at_ms, payload, processed_at_ms, outcome, cause) "
         "SELECT r.inbox_id, :bridge_id, r.dedupe_key, r.codec, r.codec_version, :received_at_ms, "
-        "r.client_received_at_ms, r.payload, r.processed_at_ms, r.outcome, r.cause "
-        "FROM json_to_recordset(CAST(:rows AS json)) AS r(inbox_id text, dedupe_key text, codec text, "
-        "codec_version integer, client_received_at_ms bigint, payload text, processed_at_ms bigint, "
-        "outcome text, cause text)"
+        "r.client_received_at_ms, r.payload, r.processed_at_ms, r.outcome, r.cause FROM {rows}",
+        rows=rowset("inbox_id text, dedupe_key text, codec text, codec_version integer, "
+                    "client_received_at_ms bigint, payload text, processed_at_ms bigint, outcome text, cause text"),
     ),
 )
 
@@ -216,23 +215,23 @@ def frame_by_dedupe(tx: Tx, bridge_id: str, dedupe_key: str) -> tuple[Any, ...] 
 
 
 def read_ahead_stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys_json: str) -> None:
-    """Announce ``stored_by_dedupe_keys`` (``Tx.read_ahead``; PostgreSQL only)."""
+    """Announce ``stored_by_dedupe_keys`` (``Tx.read_ahead``)."""
     tx.read_ahead(STORED_BY_DEDUPE_KEYS, {"bridge_id": bridge_id, "keys": keys_json})
 
 
 def stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys_json: str) -> dict[str, tuple[Any, ...]]:
     """dedupe key -> (inbox_id, codec, codec_version, payload) of the bridge's stored frames
-    under the keys of the JSON array ``keys_json`` (PostgreSQL only)."""
+    under the keys of the JSON array ``keys_json``."""
     rows = tx.all(STORED_BY_DEDUPE_KEYS, {"bridge_id": bridge_id, "keys": keys_json})
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
-def insert_frames_behind(tx: Tx, bridge_id: str, received_at_ms: int, rows_json: str) -> None:
-    """Insert the inbox rows of the JSON array ``rows_json`` (objects with ``inbox_id``,
-    ``dedupe_key``, ``codec``, ``codec_version``, ``client_received_at_ms``, ``payload``,
-    ``processed_at_ms``, ``outcome``, ``cause``), all of ``bridge_id`` received at
-    ``received_at_ms``, in one statement sent behind (``Tx.later``; PostgreSQL only)."""
-    tx.later(INSERT_FRAMES, {"bridge_id": bridge_id, "received_at_ms": received_at_ms, "rows": rows_json})
+def insert_frames(tx: Tx, bridge_id: str, received_at_ms: int, rows: list[dict[str, Any]]) -> None:
+    """Insert the inbox rows ``rows`` (dicts of ``inbox_id``, ``dedupe_key``, ``codec``,
+    ``codec_version``, ``client_received_at_ms``, ``payload``, ``processed_at_ms``,
+    ``outcome``, ``cause``), all of ``bridge_id`` received at ``received_at_ms``
+    (``batch_rows.Writer``: one statement, behind when the transaction writes behind)."""
+    Writer(tx)(INSERT_FRAMES, rows, bridge_id=bridge_id, received_at_ms=received_at_ms)
 
 
 def unprocessed_after(tx: Tx, after_ms: int, after_id: str, limit: int) -> list[tuple[int, str]]:
