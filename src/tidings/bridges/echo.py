@@ -21,7 +21,7 @@ import hashlib
 from typing import Any
 
 from ..store import outbox as outbox_store
-from ..store.batch_rows import Journal, Table, Writer, read_all, rows_json
+from ..store.batch_rows import Journal, Table, Writer, read_all
 from ..store.engine import Tx
 from ..store.sql import Stmt
 
@@ -68,9 +68,7 @@ class Claims:
             for key in keys:
                 self.table.load(key, tuple(found[key]))
 
-        params = {"bridge_id": self.bridge_id,
-                  "keys": rows_json([{"conversation_id": c, "remote_id": r} for c, r in keys])}
-        return [(outbox_store.ECHO_CANDIDATES_OF, params, take)]
+        return [(*outbox_store.ECHO_CANDIDATES_OF.of(keys, bridge_id=self.bridge_id), take)]
 
     def claim(self, *, conversation_id: str, message_id: str, remote_message_id: str, now: int) -> bool:
         """An outgoing message (Signal sync sent, WhatsApp IsFromMe, Google isMe): link the
@@ -97,7 +95,7 @@ class Claims:
             send(outbox_store.SET_ECHOES, rows)
             for item_id in list(self.links):
                 self.journal.drop(self.links, item_id)
-            self.table.written([key for key, _, _ in list(self.table.changed())])
+            self.table.written([key for key, _, _ in self.table.changed()])
 
 
 def claim(tx: Tx, *, bridge_id: str, conversation_id: str, message_id: str, remote_message_id: str,

@@ -29,8 +29,6 @@ frames did not change.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from ..bridges.echo import Claims
@@ -42,6 +40,23 @@ from ..store.engine import Tx
 from ..store.identities import Identities
 from ..store.reactions import Reactions
 from ..store.read_cursors import ReadCursors
+
+
+class _Frame:
+    """``Batch.frame``: a journal mark, rolled back to when the block raises."""
+
+    __slots__ = ("journal", "mark")
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.mark = journal.mark()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, _exc: object, _tb: object) -> None:
+        if kind is not None:
+            self.journal.rollback(self.mark)
 
 
 class Batch:
@@ -127,15 +142,9 @@ class Batch:
             known = self.hooked[conversation_id] = bool(acts_on(self.tx, conversation_id))
         return known
 
-    @contextlib.contextmanager
-    def frame(self) -> Iterator[None]:
+    def frame(self) -> _Frame:
         """One frame's changes: taken back whole if the block raises."""
-        mark = self.journal.mark()
-        try:
-            yield
-        except BaseException:
-            self.journal.rollback(mark)
-            raise
+        return _Frame(self.journal)
 
     def flush(self) -> None:
         """Write every changed row, one statement per table family, parents first

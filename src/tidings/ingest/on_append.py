@@ -33,7 +33,6 @@ out held up is stored unprocessed (``HELD``, D82), and so is the rest of the req
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -96,7 +95,7 @@ class RequestRows:
         self.bridge_id = bridge_id
         self.received_at_ms = received_at_ms
         keys = sorted({f.dedupe_key for f in frames if f.dedupe_key})
-        self._keys = json.dumps(keys) if keys else None
+        self._keys = keys or None
         self._stored: dict[str, tuple[Any, ...]] | None = None if keys else {}
         if self._keys is not None:
             inbox_store.read_ahead_stored_by_dedupe_keys(tx, bridge_id, self._keys)
@@ -109,7 +108,7 @@ class RequestRows:
         if not dedupe_key:
             return None
         if self._stored is None:
-            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast(str, self._keys))
+            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast("list[str]", self._keys))
         return self._stored.get(dedupe_key)
 
     def add(self, inbox_id: str, frame: Any, processed_at_ms: int | None = None,

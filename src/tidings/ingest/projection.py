@@ -216,8 +216,10 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
 
 def _project(tx: Tx, ctx: ProjectionContext, batch: Batch, buckets: tuple[list[Any], ...]) -> bool:
     convs, msgs, muts, reacts, receipts = buckets
-    with batch.frame():
-        frame = _Frame(tx, ctx, batch)
+    journal = batch.journal
+    mark = journal.mark()
+    frame = _Frame(tx, ctx, batch)
+    try:
         for ev in convs:
             frame.conversation(ev)
         if msgs:
@@ -228,6 +230,9 @@ def _project(tx: Tx, ctx: ProjectionContext, batch: Batch, buckets: tuple[list[A
             frame.reactions(reacts)
         for ev in receipts:
             frame.receipt(ev)
+    except BaseException:
+        journal.rollback(mark)  # the frame's changes, taken back whole
+        raise
     counts = frame.counts
     if counts:
         counters = ctx.counters

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .batch_rows import Journal, Writer, per_dialect, rowset
+from .batch_rows import Journal, Write, Writer
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -45,18 +45,14 @@ UPSERT_UPLOAD = Stmt(
 )
 
 
-INSERT_ROWS = PerDialect(
-    name="attachments.insert_rows",
-    **per_dialect(
-        "INSERT INTO attachments (message_id, ordinal, bridge_id, name, content_type, size_bytes, width, height, "
-        "caption, remote_id, sha256) SELECT r.message_id, r.ordinal, :bridge_id, r.name, r.content_type, "
-        "r.size_bytes, r.width, r.height, r.caption, r.remote_id, r.sha256 FROM {rows} WHERE true "
-        "ON CONFLICT DO NOTHING",
-        rows=rowset(
-            "message_id text, ordinal integer, name text, content_type text, size_bytes bigint, width integer, "
-            "height integer, caption text, remote_id text, sha256 text"
-        ),
-    ),
+INSERT_ROWS = Write(
+    "attachments.insert_rows",
+    "INSERT INTO attachments (message_id, ordinal, bridge_id, name, content_type, size_bytes, width, height, "
+    "caption, remote_id, sha256) SELECT r.message_id, r.ordinal, :bridge_id, r.name, r.content_type, "
+    "r.size_bytes, r.width, r.height, r.caption, r.remote_id, r.sha256 FROM {rows} WHERE true "
+    "ON CONFLICT DO NOTHING",
+    "message_id text, ordinal integer, name text, content_type text, size_bytes bigint, width integer, "
+    "height integer, caption text, remote_id text, sha256 text",
 )
 
 

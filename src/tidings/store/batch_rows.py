@@ -21,20 +21,21 @@ together. What these pieces guarantee:
   ``IS DISTINCT FROM`` the stored row: the database writes no row whose content it
   already holds.
 
-Keys go out as JSON text (``probe``), walked by PostgreSQL's JSON
-functions and SQLite's ``json_each``. Rows to write go out through a ``Writer``
-(``rowset``): on PostgreSQL as one statement over JSON rows; on SQLite, where a statement
-costs no round trip, as the same statement bound once per row (``Tx.execute_many``).
+A family reads with a ``Read`` and writes with a ``Write`` through a ``Writer``: one key or
+one row goes as plain parameters; several go as JSON text (PostgreSQL's JSON functions,
+SQLite's ``json_each``) in one statement, except that SQLite, where a statement costs no
+round trip, writes several rows with the one-row statement bound once per row
+(``Tx.execute_many``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .engine import Tx
-from .sql import Stmt
+from .sql import PerDialect, Stmt
 
 #: The journal's mark of a key that was not in its dict.
 _ABSENT = object()
@@ -78,13 +79,14 @@ class Table:
     it when the batch read it (None: no row), ``rows`` as the batch has made it. A key in
     neither is unknown: the family reads it before using it (``want`` and ``load``)."""
 
-    __slots__ = ("journal", "read", "rows", "wanted")
+    __slots__ = ("journal", "read", "rows", "wanted", "touched")
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.read: dict[Any, Any] = {}
         self.rows: dict[Any, Any] = {}
         self.wanted: set[Any] = set()
+        self.touched: dict[Any, None] = {}  # keys put since the last flush, in order (the changed ones among them)
 
     def want(self, key: Any) -> None:
         """Ask for ``key`` to be read with the batch's next read (unless known already)."""
@@ -118,6 +120,7 @@ class Table:
 
     def put(self, key: Any, row: Any) -> None:
         self.journal.put(self.rows, key, row)
+        self.touched[key] = None
 
     def forget(self, key: Any) -> None:
         """Make ``key`` unknown again (someone else's statement in this transaction
@@ -125,13 +128,24 @@ class Table:
         self.journal.drop(self.read, key)
         self.journal.drop(self.rows, key)
 
-    def changed(self) -> Iterator[tuple[Any, Any, Any]]:
-        """``(key, read, row)`` of every key whose row differs from what was read."""
-        read = self.read
-        for key, row in self.rows.items():
+    def changed(self) -> list[tuple[Any, Any, Any]]:
+        """``(key, read, row)`` of every key whose row differs from what was read (in the
+        order the keys were first put), and forgets which keys were put: the caller writes
+        them (``written``) or puts them back."""
+        touched = self.touched
+        if not touched:
+            return []
+        read, rows = self.read, self.rows
+        out = []
+        for key in touched:
+            row = rows.get(key, _ABSENT)
+            if row is _ABSENT:
+                continue  # forgotten since
             was = read.get(key)
             if row != was:
-                yield key, was, row
+                out.append((key, was, row))
+        self.touched = {}
+        return out
 
     def written(self, keys: Iterable[Any]) -> None:
         """The database now holds these keys' rows as the batch has them."""
@@ -152,22 +166,31 @@ def recordset(columns: str, param: str = "rows") -> dict[str, str]:
     }
 
 
-def rowset(columns: str) -> dict[str, str]:
-    """The ``FROM`` item ``r`` of the rows a ``Writer`` sends, per dialect: PostgreSQL, the
-    JSON rows in ``:rows`` (``recordset``); SQLite, one row of named parameters, the
-    statement being run once per row. ``columns`` as for ``recordset``."""
-    names = [part.split()[0] for part in columns.split(",")]
-    return {
-        "postgresql": recordset(columns)["postgresql"],
-        "sqlite": "(SELECT " + ", ".join(f":{name} AS {name}" for name in names) + ") AS r",
-    }
+class Write:
+    """A table family's write of the rows it changed, as one statement: ``template`` (SQL
+    text whose ``{rows}`` is the ``FROM`` item ``r`` of the rows; ``columns`` is ``"name
+    type, ..."`` with PostgreSQL types). ``one``: the rows are one row of named parameters
+    (SQLite runs it once per row); ``many`` (PostgreSQL): the JSON rows in ``:rows``. A
+    ``Writer`` picks."""
+
+    __slots__ = ("one", "many")
+
+    def __init__(self, name: str, template: str, columns: str) -> None:
+        spec = [part.split() for part in columns.split(",")]
+        one_pg = "(SELECT " + ", ".join(f"CAST(:{n} AS {t}) AS {n}" for n, t in spec) + ") AS r"
+        one_sqlite = "(SELECT " + ", ".join(f":{n} AS {n}" for n, _t in spec) + ") AS r"
+        many_pg = recordset(columns)["postgresql"]
+        self.one = PerDialect(name=name, postgresql=template.format(rows=one_pg),
+                              sqlite=template.format(rows=one_sqlite))
+        self.many = PerDialect(name=name, postgresql=template.format(rows=many_pg),
+                               sqlite=template.format(rows=one_sqlite))
 
 
 class Writer:
-    """How a batch's flush writes rows: ``writer(stmt, rows, **params)``, ``stmt`` being
-    written over ``rowset``. PostgreSQL: one statement, its rows as JSON, through
+    """How a batch's flush writes rows: ``writer(write, rows, **params)``. PostgreSQL: one
+    statement (``Write.one`` for one row, ``Write.many`` over JSON for more), through
     ``Tx.later`` (behind, with the ``COMMIT``, when the transaction writes behind; else at
-    once); SQLite: the statement once per row, now. Returns what was written (``Rows`` on
+    once); SQLite: ``Write.one``, once per row, now. Returns what was written (``Rows`` on
     PostgreSQL: read it after the commit, or pay a round trip)."""
 
     __slots__ = ("tx",)
@@ -175,11 +198,14 @@ class Writer:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
 
-    def __call__(self, stmt: Stmt, rows: list[dict[str, Any]], **params: Any) -> Any:
+    def __call__(self, write: Write, rows: list[dict[str, Any]], **params: Any) -> Any:
         tx = self.tx
+        if len(rows) == 1:
+            one = {**params, **rows[0]} if params else rows[0]
+            return tx.later(write.one, one) if tx.dialect == "postgresql" else tx.rowcount(write.one, one)
         if tx.dialect == "postgresql":
-            return tx.later(stmt, {**params, "rows": rows_json(rows)})
-        return tx.execute_many(stmt, [{**params, **row} for row in rows] if params else rows)
+            return tx.later(write.many, {**params, "rows": rows_json(rows)})
+        return tx.execute_many(write.one, [{**params, **row} for row in rows] if params else rows)
 
 
 def probe(table: str, columns: str, keys: str, where: str = "true", order: str = "") -> dict[str, str]:
@@ -201,12 +227,40 @@ def probe(table: str, columns: str, keys: str, where: str = "true", order: str =
         inner = recordset(", ".join(f"{k} text" for k in names), "keys")["sqlite"]
         member_sqlite = f"({', '.join(names)}) IN (SELECT {', '.join(f'r.{k}' for k in names)} FROM {inner})"
     match = " AND ".join(f"{k} = r.{k}" for k in names)
-    suffix = f" ORDER BY {order}" if order else ""
     return {
         "postgresql": f"SELECT {picked} FROM {source_pg} CROSS JOIN LATERAL (SELECT {columns} FROM {table} "
                       f"WHERE {match} AND {where} OFFSET 0) t" + (f" ORDER BY t.{order}" if order else ""),
-        "sqlite": f"SELECT {columns} FROM {table} WHERE {where} AND {member_sqlite}{suffix}",
+        "sqlite": f"SELECT {columns} FROM {table} WHERE {where} AND {member_sqlite}"
+                  + (f" ORDER BY {order}" if order else ""),
     }
+
+
+class Read:
+    """A table family's read of the rows of some keys, as one statement: ``SELECT columns
+    FROM table`` for each key, with ``where`` on top. ``keys`` names the key column (a key
+    is its value) or two, comma separated (a key is a pair). For one key, a plain lookup
+    (``one``); for several (``many``), the JSON array of them in ``:keys``, each key one
+    index probe whatever the planner's estimates (``probe``). ``order``: an ``ORDER BY`` of
+    ``columns``. ``of(keys, **params)`` gives the statement and its parameters."""
+
+    __slots__ = ("names", "one", "many")
+
+    def __init__(self, name: str, table: str, columns: str, keys: str, where: str = "true", order: str = "") -> None:
+        names = [k.strip() for k in keys.split(",")]
+        self.names = names
+        match = " AND ".join(f"{k} = :{k}" for k in names)
+        one = f"SELECT {columns} FROM {table} WHERE {match} AND {where}" + (f" ORDER BY {order}" if order else "")
+        self.one = PerDialect(name=name, postgresql=one, sqlite=one)
+        self.many = PerDialect(name=name, **probe(table, columns, keys, where, order))
+
+    def of(self, keys: list[Any], **params: Any) -> tuple[Stmt, dict[str, Any]]:
+        names = self.names
+        if len(keys) == 1:
+            key = keys[0]
+            return self.one, ({**params, names[0]: key} if len(names) == 1 else {**params, **dict(zip(names, key, strict=True))})
+        if len(names) == 1:
+            return self.many, {**params, "keys": rows_json(keys)}
+        return self.many, {**params, "keys": rows_json([dict(zip(names, key, strict=True)) for key in keys])}
 
 
 def per_dialect(template: str, **sources: dict[str, str]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import search_index
-from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .batch_rows import Journal, Read, Table, Write, Writer, read_all
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -64,47 +64,38 @@ _MESSAGE_COLUMNS = (
     "id, conversation_id, remote_message_id, sender_identity_id, direction, body, reply_to_remote_id, state, "
     "occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms"
 )
-READ_BY_IDS = PerDialect(name="bridge_messages.read_by_ids", **probe("bridge_messages", _MESSAGE_COLUMNS, "id"))
+READ_BY_IDS = Read("bridge_messages.read_by_ids", "bridge_messages", _MESSAGE_COLUMNS, "id")
 # Messages of the bridge by remote id, in whichever conversation (a Signal read receipt names
 # the message, not always its conversation).
-READ_BY_REMOTE_IDS = PerDialect(
-    name="bridge_messages.read_by_remote_ids",
-    **probe("bridge_messages", _MESSAGE_COLUMNS, "remote_message_id", "bridge_id = :bridge_id"),
-)
-_ROWS = rowset(
+READ_BY_REMOTE_IDS = Read("bridge_messages.read_by_remote_ids", "bridge_messages", _MESSAGE_COLUMNS,
+                          "remote_message_id", "bridge_id = :bridge_id")
+WRITE_ROWS = Write(
+    "bridge_messages.write_rows",
+    "INSERT INTO bridge_messages (id, bridge_id, conversation_id, remote_message_id, sender_identity_id, "
+    "direction, body, reply_to_remote_id, state, occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms) "
+    "SELECT r.id, :bridge_id, r.conversation_id, r.remote_message_id, r.sender_identity_id, r.direction, "
+    "r.body, r.reply_to_remote_id, r.state, r.occurred_at_ms, r.mutated_at_ms, r.created_at_ms, "
+    "r.updated_at_ms FROM {rows} WHERE true ON CONFLICT (id) DO UPDATE SET "
+    "sender_identity_id = excluded.sender_identity_id, direction = excluded.direction, body = excluded.body, "
+    "reply_to_remote_id = excluded.reply_to_remote_id, state = excluded.state, "
+    "occurred_at_ms = excluded.occurred_at_ms, mutated_at_ms = excluded.mutated_at_ms, "
+    "updated_at_ms = excluded.updated_at_ms "
+    "WHERE (bridge_messages.sender_identity_id, bridge_messages.direction, bridge_messages.body, "
+    "bridge_messages.reply_to_remote_id, bridge_messages.state, bridge_messages.occurred_at_ms, "
+    "bridge_messages.mutated_at_ms) IS DISTINCT FROM (excluded.sender_identity_id, excluded.direction, "
+    "excluded.body, excluded.reply_to_remote_id, excluded.state, excluded.occurred_at_ms, "
+    "excluded.mutated_at_ms)",
     "id text, conversation_id text, remote_message_id text, sender_identity_id text, direction text, body text, "
     "reply_to_remote_id text, state text, occurred_at_ms bigint, mutated_at_ms bigint, created_at_ms bigint, "
-    "updated_at_ms bigint"
+    "updated_at_ms bigint",
 )
-WRITE_ROWS = PerDialect(
-    name="bridge_messages.write_rows",
-    **per_dialect(
-        "INSERT INTO bridge_messages (id, bridge_id, conversation_id, remote_message_id, sender_identity_id, "
-        "direction, body, reply_to_remote_id, state, occurred_at_ms, mutated_at_ms, created_at_ms, updated_at_ms) "
-        "SELECT r.id, :bridge_id, r.conversation_id, r.remote_message_id, r.sender_identity_id, r.direction, "
-        "r.body, r.reply_to_remote_id, r.state, r.occurred_at_ms, r.mutated_at_ms, r.created_at_ms, "
-        "r.updated_at_ms FROM {rows} WHERE true ON CONFLICT (id) DO UPDATE SET "
-        "sender_identity_id = excluded.sender_identity_id, direction = excluded.direction, body = excluded.body, "
-        "reply_to_remote_id = excluded.reply_to_remote_id, state = excluded.state, "
-        "occurred_at_ms = excluded.occurred_at_ms, mutated_at_ms = excluded.mutated_at_ms, "
-        "updated_at_ms = excluded.updated_at_ms "
-        "WHERE (bridge_messages.sender_identity_id, bridge_messages.direction, bridge_messages.body, "
-        "bridge_messages.reply_to_remote_id, bridge_messages.state, bridge_messages.occurred_at_ms, "
-        "bridge_messages.mutated_at_ms) IS DISTINCT FROM (excluded.sender_identity_id, excluded.direction, "
-        "excluded.body, excluded.reply_to_remote_id, excluded.state, excluded.occurred_at_ms, "
-        "excluded.mutated_at_ms)",
-        rows=_ROWS,
-    ),
-)
-WRITE_MUTATIONS = PerDialect(
-    name="bridge_messages.write_mutations",
-    **per_dialect(
-        "UPDATE bridge_messages SET body = r.body, state = r.state, mutated_at_ms = r.mutated_at_ms, "
-        "updated_at_ms = r.updated_at_ms FROM {rows} WHERE bridge_messages.id = r.id "
-        "AND (bridge_messages.body, bridge_messages.state, bridge_messages.mutated_at_ms) IS DISTINCT FROM "
-        "(r.body, r.state, r.mutated_at_ms)",
-        rows=rowset("id text, body text, state text, mutated_at_ms bigint, updated_at_ms bigint"),
-    ),
+WRITE_MUTATIONS = Write(
+    "bridge_messages.write_mutations",
+    "UPDATE bridge_messages SET body = r.body, state = r.state, mutated_at_ms = r.mutated_at_ms, "
+    "updated_at_ms = r.updated_at_ms FROM {rows} WHERE bridge_messages.id = r.id "
+    "AND (bridge_messages.body, bridge_messages.state, bridge_messages.mutated_at_ms) IS DISTINCT FROM "
+    "(r.body, r.state, r.mutated_at_ms)",
+    "id text, body text, state text, mutated_at_ms bigint, updated_at_ms bigint",
 )
 
 
@@ -143,7 +134,7 @@ class Messages:
                     if not self.table.known(key):
                         self.table.load(key, found.get(key))
 
-            out.append((READ_BY_IDS, {"keys": rows_json(ids)}, take))
+            out.append((*READ_BY_IDS.of(ids), take))
         remotes = self.remote.take_wanted()
         if remotes:
             def take_remote(rows: list[tuple[Any, ...]]) -> None:
@@ -155,7 +146,7 @@ class Messages:
                 for key in remotes:
                     self.remote.load(key, frozenset(by_remote[key]))
 
-            out.append((READ_BY_REMOTE_IDS, {"bridge_id": self.bridge_id, "keys": rows_json(remotes)}, take_remote))
+            out.append((*READ_BY_REMOTE_IDS.of(remotes, bridge_id=self.bridge_id), take_remote))
         return out
 
     def get(self, message_id: str) -> Message | None:
@@ -241,7 +232,7 @@ class Messages:
         in body, state and mutation time (one update of those columns alone)."""
         table = self.table
         full, mutated, written = [], [], []
-        for key, was, row in list(table.changed()):
+        for key, was, row in table.changed():
             if was is not None and _fixed(was) == _fixed(row):
                 if _mutable(was) == _mutable(row):
                     table.put(key, was)  # changed and changed back: nothing to write

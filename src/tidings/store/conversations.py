@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .batch_rows import Journal, Read, Table, Write, Writer, read_all
 from .engine import Tx
-from .sql import PerDialect, Stmt
+from .sql import Stmt
 
 FAR_FUTURE_MS = 2**62  # "no upper bound" for before_ms reads
 
@@ -64,14 +64,10 @@ class RosterError(ValueError):
 #: A stored participant: (role, display_name, is_active).
 Participant = tuple[str, str, bool]
 
-READ_BY_REMOTE_IDS = PerDialect(
-    name="conversations.read_by_remote_ids",
-    **probe("conversations", "remote_conversation_id, id, kind, title, remote_revision, last_message_at_ms, "
-            "created_at_ms, updated_at_ms", "remote_conversation_id", "bridge_id = :bridge_id"),
-)
-_ROWS = rowset(
-    "id text, remote_conversation_id text, kind text, title text, remote_revision text, "
-    "last_message_at_ms bigint, created_at_ms bigint, updated_at_ms bigint"
+READ_BY_REMOTE_IDS = Read(
+    "conversations.read_by_remote_ids", "conversations",
+    "remote_conversation_id, id, kind, title, remote_revision, last_message_at_ms, created_at_ms, updated_at_ms",
+    "remote_conversation_id", "bridge_id = :bridge_id",
 )
 # The one guard of this table's writes: every column an update sets.
 CONVERSATION_GUARD = (
@@ -79,51 +75,39 @@ CONVERSATION_GUARD = (
     "conversations.updated_at_ms) IS DISTINCT FROM (excluded.kind, excluded.title, excluded.remote_revision, "
     "excluded.last_message_at_ms, excluded.updated_at_ms)"
 )
-WRITE_ROWS = PerDialect(
-    name="conversations.write_rows",
-    **per_dialect(
-        "INSERT INTO conversations (id, bridge_id, remote_conversation_id, kind, title, remote_revision, "
-        "last_message_at_ms, created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.remote_conversation_id, "
-        "r.kind, r.title, r.remote_revision, r.last_message_at_ms, r.created_at_ms, r.updated_at_ms "
-        "FROM {rows} WHERE true ON CONFLICT (bridge_id, remote_conversation_id) DO UPDATE SET "
-        "kind = excluded.kind, title = excluded.title, remote_revision = excluded.remote_revision, "
-        "last_message_at_ms = excluded.last_message_at_ms, updated_at_ms = excluded.updated_at_ms "
-        f"WHERE {CONVERSATION_GUARD}",
-        rows=_ROWS,
-    ),
+WRITE_ROWS = Write(
+    "conversations.write_rows",
+    "INSERT INTO conversations (id, bridge_id, remote_conversation_id, kind, title, remote_revision, "
+    "last_message_at_ms, created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.remote_conversation_id, "
+    "r.kind, r.title, r.remote_revision, r.last_message_at_ms, r.created_at_ms, r.updated_at_ms "
+    "FROM {rows} WHERE true ON CONFLICT (bridge_id, remote_conversation_id) DO UPDATE SET "
+    "kind = excluded.kind, title = excluded.title, remote_revision = excluded.remote_revision, "
+    "last_message_at_ms = excluded.last_message_at_ms, updated_at_ms = excluded.updated_at_ms "
+    f"WHERE {CONVERSATION_GUARD}",
+    "id text, remote_conversation_id text, kind text, title text, remote_revision text, "
+    "last_message_at_ms bigint, created_at_ms bigint, updated_at_ms bigint",
 )
 _PARTICIPANT_COLUMNS = "conversation_id, identity_id, role, display_name, is_active"
-READ_ROSTERS = PerDialect(
-    name="participants.read_rosters",
-    **probe("conversation_participants", _PARTICIPANT_COLUMNS, "conversation_id"),
+READ_ROSTERS = Read("participants.read_rosters", "conversation_participants", _PARTICIPANT_COLUMNS,
+                    "conversation_id")
+READ_MEMBERS = Read("participants.read_members", "conversation_participants", _PARTICIPANT_COLUMNS,
+                    "conversation_id, identity_id")
+WRITE_PARTICIPANTS = Write(
+    "participants.write_rows",
+    "INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, display_name, "
+    "is_active) SELECT r.conversation_id, r.identity_id, :bridge_id, r.role, r.display_name, r.is_active "
+    "FROM {rows} WHERE true ON CONFLICT (conversation_id, identity_id) DO UPDATE SET role = excluded.role, "
+    "display_name = excluded.display_name, is_active = excluded.is_active "
+    "WHERE (conversation_participants.role, conversation_participants.display_name, "
+    "conversation_participants.is_active) IS DISTINCT FROM (excluded.role, excluded.display_name, "
+    "excluded.is_active)",
+    "conversation_id text, identity_id text, role text, display_name text, is_active boolean",
 )
-READ_MEMBERS = PerDialect(
-    name="participants.read_members",
-    **probe("conversation_participants", _PARTICIPANT_COLUMNS, "conversation_id, identity_id"),
-)
-_PARTICIPANT_ROWS = rowset(
-    "conversation_id text, identity_id text, role text, display_name text, is_active boolean"
-)
-WRITE_PARTICIPANTS = PerDialect(
-    name="participants.write_rows",
-    **per_dialect(
-        "INSERT INTO conversation_participants (conversation_id, identity_id, bridge_id, role, display_name, "
-        "is_active) SELECT r.conversation_id, r.identity_id, :bridge_id, r.role, r.display_name, r.is_active "
-        "FROM {rows} WHERE true ON CONFLICT (conversation_id, identity_id) DO UPDATE SET role = excluded.role, "
-        "display_name = excluded.display_name, is_active = excluded.is_active "
-        "WHERE (conversation_participants.role, conversation_participants.display_name, "
-        "conversation_participants.is_active) IS DISTINCT FROM (excluded.role, excluded.display_name, "
-        "excluded.is_active)",
-        rows=_PARTICIPANT_ROWS,
-    ),
-)
-DELETE_PARTICIPANTS = PerDialect(
-    name="participants.delete_rows",
-    **per_dialect(
-        "DELETE FROM conversation_participants WHERE (conversation_id, identity_id) IN "
-        "(SELECT r.conversation_id, r.identity_id FROM {rows})",
-        rows=rowset("conversation_id text, identity_id text"),
-    ),
+DELETE_PARTICIPANTS = Write(
+    "participants.delete_rows",
+    "DELETE FROM conversation_participants WHERE (conversation_id, identity_id) IN "
+    "(SELECT r.conversation_id, r.identity_id FROM {rows})",
+    "conversation_id text, identity_id text",
 )
 
 
@@ -156,8 +140,7 @@ class Conversations:
                 if row is not None:
                     self.journal.put(self.ids, row.id, key)
 
-        params = {"bridge_id": self.bridge_id, "keys": rows_json(keys)}
-        return [(READ_BY_REMOTE_IDS, params, take)]
+        return [(*READ_BY_REMOTE_IDS.of(keys, bridge_id=self.bridge_id), take)]
 
     def get(self, remote_id: str) -> Conversation | None:
         """The conversation as the batch has it (read now if the batch has not read it)."""
@@ -218,7 +201,7 @@ class Conversations:
         whose only change is a touch, when their roster changed (see the module docstring)."""
         table = self.table
         content, touched = [], []
-        for key, was, row in list(table.changed()):
+        for key, was, row in table.changed():
             if was is None or was.content() != row.content():
                 content.append((key, row))
             else:
@@ -284,7 +267,7 @@ class Rosters:
                 for cid in whole:
                     self.whole.load(cid, frozenset(ids[cid]))
 
-            out.append((READ_ROSTERS, {"keys": rows_json(whole)}, take_whole))
+            out.append((*READ_ROSTERS.of(whole), take_whole))
         points = [key for key in self.members.take_wanted() if key[0] not in whole]
         if points:
             def take_points(rows: list[tuple[Any, ...]]) -> None:
@@ -292,8 +275,7 @@ class Rosters:
                 for key in points:
                     self.members.load(key, found.get(key))
 
-            keys = rows_json([{"conversation_id": c, "identity_id": i} for c, i in points])
-            out.append((READ_MEMBERS, {"keys": keys}, take_points))
+            out.append((*READ_MEMBERS.of(points), take_points))
         return out
 
     def roster(self, conversation_id: str) -> dict[str, Participant]:
@@ -386,7 +368,7 @@ class Rosters:
         if upserts:
             send(WRITE_PARTICIPANTS, upserts, bridge_id=self.bridge_id)
         self.members.written(keys)
-        self.whole.written([cid for cid, _, _ in list(self.whole.changed())])
+        self.whole.written([cid for cid, _, _ in self.whole.changed()])
         return {cid for cid, _ in keys}
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .batch_rows import Journal, Read, Table, Write, Writer, read_all
 from .engine import Tx
-from .sql import PerDialect, Stmt
+from .sql import Stmt
 
 
 class Identity(NamedTuple):
@@ -38,26 +38,21 @@ IDENTITY_GUARD = (
     "(identities.raw, identities.display_name, identities.is_self, identities.metadata) IS DISTINCT FROM "
     "(excluded.raw, excluded.display_name, excluded.is_self, excluded.metadata)"
 )
-READ_BY_KEYS = PerDialect(
-    name="identities.read_by_keys",
-    **probe("identities", "kind, canonical, id, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms",
-            "kind, canonical", "bridge_id = :bridge_id"),
+READ_BY_KEYS = Read(
+    "identities.read_by_keys", "identities",
+    "kind, canonical, id, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms", "kind, canonical",
+    "bridge_id = :bridge_id",
 )
-_ROWS = rowset(
+WRITE_ROWS = Write(
+    "identities.write_rows",
+    "INSERT INTO identities (id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, "
+    "created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.kind, r.canonical, r.raw, r.display_name, "
+    "r.is_self, r.metadata, r.created_at_ms, r.updated_at_ms FROM {rows} WHERE true "
+    "ON CONFLICT (bridge_id, kind, canonical) DO UPDATE SET raw = excluded.raw, "
+    "display_name = excluded.display_name, is_self = excluded.is_self, metadata = excluded.metadata, "
+    f"updated_at_ms = excluded.updated_at_ms WHERE {IDENTITY_GUARD}",
     "id text, kind text, canonical text, raw text, display_name text, is_self boolean, metadata text, "
-    "created_at_ms bigint, updated_at_ms bigint"
-)
-WRITE_ROWS = PerDialect(
-    name="identities.write_rows",
-    **per_dialect(
-        "INSERT INTO identities (id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, "
-        "created_at_ms, updated_at_ms) SELECT r.id, :bridge_id, r.kind, r.canonical, r.raw, r.display_name, "
-        "r.is_self, r.metadata, r.created_at_ms, r.updated_at_ms FROM {rows} WHERE true "
-        "ON CONFLICT (bridge_id, kind, canonical) DO UPDATE SET raw = excluded.raw, "
-        "display_name = excluded.display_name, is_self = excluded.is_self, metadata = excluded.metadata, "
-        f"updated_at_ms = excluded.updated_at_ms WHERE {IDENTITY_GUARD}",
-        rows=_ROWS,
-    ),
+    "created_at_ms bigint, updated_at_ms bigint",
 )
 COLUMNS = "id, bridge_id, kind, canonical, raw, display_name, is_self, metadata, created_at_ms, updated_at_ms"
 OF_BRIDGE = Stmt(f"SELECT {COLUMNS} FROM identities WHERE bridge_id = :bridge_id ORDER BY kind, canonical", name="of_bridge")
@@ -89,8 +84,7 @@ class Identities:
             for key in keys:
                 table.load(key, found.get(key))
 
-        params = {"bridge_id": self.bridge_id, "keys": rows_json([{"kind": k, "canonical": c} for k, c in keys])}
-        return [(READ_BY_KEYS, params, take)]
+        return [(*READ_BY_KEYS.of(keys, bridge_id=self.bridge_id), take)]
 
     def get(self, kind: str, canonical: str) -> Identity | None:
         """The identity as the batch has it (read now if the batch has not read it)."""
@@ -120,7 +114,7 @@ class Identities:
         """Write every identity whose content changed, in one statement."""
         rows, written = [], []
         table = self.table
-        for key, was, row in list(table.changed()):
+        for key, was, row in table.changed():
             if was is not None and was.content() == row.content():
                 table.put(key, was)  # changed and changed back: nothing to write
                 continue

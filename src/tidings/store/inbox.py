@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .batch_rows import Writer, per_dialect, probe, rowset
+from .batch_rows import Read, Write, Writer
 from .engine import Tx
-from .sql import PerDialect, Stmt
+from .sql import Stmt
 
 # -- bridges -----------------------------------------------------------------------------
 BRIDGE_COLUMNS = "b.id, b.platform, b.name, b.owner_id, b.account_id, b.created_at_ms, a.handle"
@@ -60,22 +60,19 @@ FRAME_BY_DEDUPE = Stmt(
 # bridge's append lock keeps every applying append of the bridge out, so a conflict is an
 # append that does not apply racing this one, and its unique violation loses the whole
 # transaction, which is then appended again the plain way (``WriteBehindFailed``).
-STORED_BY_DEDUPE_KEYS = PerDialect(
-    name="inbox.stored_by_dedupe_keys",
+STORED_BY_DEDUPE_KEYS = Read(
     # ``dedupe_key <> ''`` repeats the unique index's predicate so the planner may use it.
-    **probe("inbox", "dedupe_key, inbox_id, codec, codec_version, payload", "dedupe_key",
-            "bridge_id = :bridge_id AND dedupe_key <> ''"),
+    "inbox.stored_by_dedupe_keys", "inbox", "dedupe_key, inbox_id, codec, codec_version, payload", "dedupe_key",
+    "bridge_id = :bridge_id AND dedupe_key <> ''",
 )
-INSERT_FRAMES = PerDialect(
-    name="inbox.insert_frames",
-    **per_dialect(
-        "INSERT INTO inbox (inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, "
-        "client_received_at_ms, payload, processed_at_ms, outcome, cause) "
-        "SELECT r.inbox_id, :bridge_id, r.dedupe_key, r.codec, r.codec_version, :received_at_ms, "
-        "r.client_received_at_ms, r.payload, r.processed_at_ms, r.outcome, r.cause FROM {rows}",
-        rows=rowset("inbox_id text, dedupe_key text, codec text, codec_version integer, "
-                    "client_received_at_ms bigint, payload text, processed_at_ms bigint, outcome text, cause text"),
-    ),
+INSERT_FRAMES = Write(
+    "inbox.insert_frames",
+    "INSERT INTO inbox (inbox_id, bridge_id, dedupe_key, codec, codec_version, received_at_ms, "
+    "client_received_at_ms, payload, processed_at_ms, outcome, cause) "
+    "SELECT r.inbox_id, :bridge_id, r.dedupe_key, r.codec, r.codec_version, :received_at_ms, "
+    "r.client_received_at_ms, r.payload, r.processed_at_ms, r.outcome, r.cause FROM {rows}",
+    "inbox_id text, dedupe_key text, codec text, codec_version integer, client_received_at_ms bigint, "
+    "payload text, processed_at_ms bigint, outcome text, cause text",
 )
 
 # -- inbox: drain ----------------------------------------------------------------------------
@@ -214,15 +211,15 @@ def frame_by_dedupe(tx: Tx, bridge_id: str, dedupe_key: str) -> tuple[Any, ...] 
     return tx.one(FRAME_BY_DEDUPE, {"bridge_id": bridge_id, "dedupe_key": dedupe_key})
 
 
-def read_ahead_stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys_json: str) -> None:
+def read_ahead_stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys: list[str]) -> None:
     """Announce ``stored_by_dedupe_keys`` (``Tx.read_ahead``)."""
-    tx.read_ahead(STORED_BY_DEDUPE_KEYS, {"bridge_id": bridge_id, "keys": keys_json})
+    tx.read_ahead(*STORED_BY_DEDUPE_KEYS.of(keys, bridge_id=bridge_id))
 
 
-def stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys_json: str) -> dict[str, tuple[Any, ...]]:
+def stored_by_dedupe_keys(tx: Tx, bridge_id: str, keys: list[str]) -> dict[str, tuple[Any, ...]]:
     """dedupe key -> (inbox_id, codec, codec_version, payload) of the bridge's stored frames
-    under the keys of the JSON array ``keys_json``."""
-    rows = tx.all(STORED_BY_DEDUPE_KEYS, {"bridge_id": bridge_id, "keys": keys_json})
+    under ``keys`` (not empty)."""
+    rows = tx.all(*STORED_BY_DEDUPE_KEYS.of(keys, bridge_id=bridge_id))
     return {r[0]: tuple(r[1:]) for r in rows}
 
 

@@ -16,7 +16,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from .batch_rows import per_dialect, probe, rowset
+from .batch_rows import Read, Write
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -92,18 +92,16 @@ SET_ECHO = Stmt(
 )
 # The echo candidates of several (conversation, remote id) pairs at once (a batch of frames,
 # ``bridges/echo.py``), and their echo links written in one statement.
-ECHO_CANDIDATES_OF = PerDialect(
-    name="outbox.echo_candidates_of",
-    **probe("outbox", "conversation_id, remote_id, id, echo_message_id, seq", "conversation_id, remote_id",
-            "bridge_id = :bridge_id AND remote_id IS NOT NULL AND kind IN ('send', 'reply')", order="seq"),
+ECHO_CANDIDATES_OF = Read(
+    "outbox.echo_candidates_of", "outbox", "conversation_id, remote_id, id, echo_message_id, seq",
+    "conversation_id, remote_id", "bridge_id = :bridge_id AND remote_id IS NOT NULL AND kind IN ('send', 'reply')",
+    order="seq",
 )
-SET_ECHOES = PerDialect(
-    name="outbox.set_echoes",
-    **per_dialect(
-        "UPDATE outbox SET echo_message_id = r.echo_message_id, updated_at_ms = r.updated_at_ms FROM {rows} "
-        "WHERE outbox.id = r.id AND outbox.echo_message_id IS NULL",
-        rows=rowset("id text, echo_message_id text, updated_at_ms bigint"),
-    ),
+SET_ECHOES = Write(
+    "outbox.set_echoes",
+    "UPDATE outbox SET echo_message_id = r.echo_message_id, updated_at_ms = r.updated_at_ms FROM {rows} "
+    "WHERE outbox.id = r.id AND outbox.echo_message_id IS NULL",
+    "id text, echo_message_id text, updated_at_ms bigint",
 )
 TYPING = Stmt(
     "SELECT DISTINCT l.conversation_id, c.remote_conversation_id FROM agent_sessions s "

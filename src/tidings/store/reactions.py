@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .batch_rows import Journal, Read, Table, Write, Writer, read_all
 from .engine import Tx
-from .sql import PerDialect, Stmt
+from .sql import Stmt
 
 SELF_REACTOR = "self"
 
@@ -52,45 +52,37 @@ class Reaction(NamedTuple):
 #: A stored fence: (source_seq_ms, updated_at_ms).
 Fence = tuple[int, int]
 
-READ_OF_MESSAGES = PerDialect(
-    name="reactions.read_of_messages",
-    **probe("reactions", "message_id, reactor_key, conversation_id, reactor_identity_id, reactor_is_self, emoji, "
-            "state, occurred_at_ms, source_seq_ms, created_at_ms, updated_at_ms", "message_id"),
+READ_OF_MESSAGES = Read(
+    "reactions.read_of_messages", "reactions",
+    "message_id, reactor_key, conversation_id, reactor_identity_id, reactor_is_self, emoji, state, occurred_at_ms, "
+    "source_seq_ms, created_at_ms, updated_at_ms", "message_id",
 )
-READ_FENCES = PerDialect(
-    name="fences.read", **probe("reaction_fences", "message_id, source_seq_ms, updated_at_ms", "message_id"),
+READ_FENCES = Read("fences.read", "reaction_fences", "message_id, source_seq_ms, updated_at_ms", "message_id")
+WRITE_ROWS = Write(
+    "reactions.write_rows",
+    "INSERT INTO reactions (message_id, reactor_key, bridge_id, conversation_id, reactor_identity_id, "
+    "reactor_is_self, emoji, state, occurred_at_ms, source_seq_ms, created_at_ms, updated_at_ms) "
+    "SELECT r.message_id, r.reactor_key, :bridge_id, r.conversation_id, r.reactor_identity_id, "
+    "r.reactor_is_self, r.emoji, r.state, r.occurred_at_ms, r.source_seq_ms, r.created_at_ms, r.updated_at_ms "
+    "FROM {rows} WHERE true ON CONFLICT (message_id, reactor_key) DO UPDATE SET "
+    "reactor_identity_id = excluded.reactor_identity_id, reactor_is_self = excluded.reactor_is_self, "
+    "emoji = excluded.emoji, state = excluded.state, occurred_at_ms = excluded.occurred_at_ms, "
+    "source_seq_ms = excluded.source_seq_ms, updated_at_ms = excluded.updated_at_ms "
+    "WHERE (reactions.reactor_identity_id, reactions.reactor_is_self, reactions.emoji, reactions.state, "
+    "reactions.occurred_at_ms, reactions.source_seq_ms) IS DISTINCT FROM (excluded.reactor_identity_id, "
+    "excluded.reactor_is_self, excluded.emoji, excluded.state, excluded.occurred_at_ms, "
+    "excluded.source_seq_ms)",
+    "message_id text, reactor_key text, conversation_id text, reactor_identity_id text, reactor_is_self boolean, "
+    "emoji text, state text, occurred_at_ms bigint, source_seq_ms bigint, created_at_ms bigint, "
+    "updated_at_ms bigint",
 )
-WRITE_ROWS = PerDialect(
-    name="reactions.write_rows",
-    **per_dialect(
-        "INSERT INTO reactions (message_id, reactor_key, bridge_id, conversation_id, reactor_identity_id, "
-        "reactor_is_self, emoji, state, occurred_at_ms, source_seq_ms, created_at_ms, updated_at_ms) "
-        "SELECT r.message_id, r.reactor_key, :bridge_id, r.conversation_id, r.reactor_identity_id, "
-        "r.reactor_is_self, r.emoji, r.state, r.occurred_at_ms, r.source_seq_ms, r.created_at_ms, r.updated_at_ms "
-        "FROM {rows} WHERE true ON CONFLICT (message_id, reactor_key) DO UPDATE SET "
-        "reactor_identity_id = excluded.reactor_identity_id, reactor_is_self = excluded.reactor_is_self, "
-        "emoji = excluded.emoji, state = excluded.state, occurred_at_ms = excluded.occurred_at_ms, "
-        "source_seq_ms = excluded.source_seq_ms, updated_at_ms = excluded.updated_at_ms "
-        "WHERE (reactions.reactor_identity_id, reactions.reactor_is_self, reactions.emoji, reactions.state, "
-        "reactions.occurred_at_ms, reactions.source_seq_ms) IS DISTINCT FROM (excluded.reactor_identity_id, "
-        "excluded.reactor_is_self, excluded.emoji, excluded.state, excluded.occurred_at_ms, "
-        "excluded.source_seq_ms)",
-        rows=rowset(
-            "message_id text, reactor_key text, conversation_id text, reactor_identity_id text, "
-            "reactor_is_self boolean, emoji text, state text, occurred_at_ms bigint, source_seq_ms bigint, "
-            "created_at_ms bigint, updated_at_ms bigint"
-        ),
-    ),
-)
-WRITE_FENCES = PerDialect(
-    name="fences.write_rows",
-    **per_dialect(
-        "INSERT INTO reaction_fences (message_id, bridge_id, source_seq_ms, updated_at_ms) "
-        "SELECT r.message_id, :bridge_id, r.source_seq_ms, r.updated_at_ms FROM {rows} WHERE true "
-        "ON CONFLICT (message_id) DO UPDATE SET source_seq_ms = excluded.source_seq_ms, "
-        "updated_at_ms = excluded.updated_at_ms WHERE excluded.source_seq_ms > reaction_fences.source_seq_ms",
-        rows=rowset("message_id text, source_seq_ms bigint, updated_at_ms bigint"),
-    ),
+WRITE_FENCES = Write(
+    "fences.write_rows",
+    "INSERT INTO reaction_fences (message_id, bridge_id, source_seq_ms, updated_at_ms) "
+    "SELECT r.message_id, :bridge_id, r.source_seq_ms, r.updated_at_ms FROM {rows} WHERE true "
+    "ON CONFLICT (message_id) DO UPDATE SET source_seq_ms = excluded.source_seq_ms, "
+    "updated_at_ms = excluded.updated_at_ms WHERE excluded.source_seq_ms > reaction_fences.source_seq_ms",
+    "message_id text, source_seq_ms bigint, updated_at_ms bigint",
 )
 
 
@@ -145,7 +137,7 @@ class Reactions:
                 for mid in ids:
                     self.table.load(mid, found[mid])
 
-            out.append((READ_OF_MESSAGES, {"keys": rows_json(ids)}, take))
+            out.append((*READ_OF_MESSAGES.of(ids), take))
         fences = self.fences.take_wanted()
         if fences:
             def take_fences(rows: list[tuple[Any, ...]]) -> None:
@@ -153,7 +145,7 @@ class Reactions:
                 for mid in fences:
                     self.fences.load(mid, found.get(mid))
 
-            out.append((READ_FENCES, {"keys": rows_json(fences)}, take_fences))
+            out.append((*READ_FENCES.of(fences), take_fences))
         return out
 
     def of_message(self, message_id: str) -> dict[str, Reaction]:
@@ -240,7 +232,7 @@ class Reactions:
     def flush(self, send: Writer) -> None:
         """Write the changed reactions (one upsert) and fences (another)."""
         rows, written = [], []
-        for mid, was, reactions in list(self.table.changed()):
+        for mid, was, reactions in self.table.changed():
             was = was or {}
             kept = dict(reactions)
             for key, row in reactions.items():
@@ -260,7 +252,7 @@ class Reactions:
             send(WRITE_ROWS, rows, bridge_id=self.bridge_id)
         self.table.written(written)
         fences, moved = [], []
-        for mid, was, fence in list(self.fences.changed()):
+        for mid, was, fence in self.fences.changed():
             if was is None or fence[0] > was[0]:
                 fences.append({"message_id": mid, "source_seq_ms": fence[0], "updated_at_ms": fence[1]})
             moved.append(mid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Table, Writer, per_dialect, probe, read_all, rows_json, rowset
+from .batch_rows import Journal, Read, Table, Write, Writer, per_dialect, probe, read_all, rows_json
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -24,10 +24,8 @@ class Cursor(NamedTuple):
 
 
 _CURSOR_COLUMNS = "last_read_message_id, last_read_message_at_ms, last_read_at_ms, updated_at_ms"
-READ_BY_CONVERSATIONS = PerDialect(
-    name="read_cursors.read_by_conversations",
-    **probe("read_cursors", f"conversation_id, {_CURSOR_COLUMNS}", "conversation_id"),
-)
+READ_BY_CONVERSATIONS = Read("read_cursors.read_by_conversations", "read_cursors",
+                             f"conversation_id, {_CURSOR_COLUMNS}", "conversation_id")
 # The cursors of the conversations holding the bridge's messages with these remote ids (a
 # Signal read receipt may name a message outside the conversation it names); one row per
 # such conversation, with NULLs where it has no cursor yet.
@@ -41,22 +39,18 @@ READ_OF_REMOTE_MESSAGES = PerDialect(
         holding=_HOLDING,
     ),
 )
-WRITE_ROWS = PerDialect(
-    name="read_cursors.write_rows",
-    **per_dialect(
-        "INSERT INTO read_cursors (conversation_id, bridge_id, last_read_message_id, last_read_message_at_ms, "
-        "last_read_at_ms, updated_at_ms) SELECT r.conversation_id, :bridge_id, r.last_read_message_id, "
-        "r.last_read_message_at_ms, r.last_read_at_ms, r.updated_at_ms FROM {rows} WHERE true "
-        "ON CONFLICT (conversation_id) DO UPDATE SET last_read_message_id = excluded.last_read_message_id, "
-        "last_read_message_at_ms = excluded.last_read_message_at_ms, last_read_at_ms = excluded.last_read_at_ms, "
-        "updated_at_ms = excluded.updated_at_ms "
-        "WHERE (excluded.last_read_message_at_ms, excluded.last_read_message_id) > "
-        "(read_cursors.last_read_message_at_ms, read_cursors.last_read_message_id)",
-        rows=rowset(
-            "conversation_id text, last_read_message_id text, last_read_message_at_ms bigint, "
-            "last_read_at_ms bigint, updated_at_ms bigint"
-        ),
-    ),
+WRITE_ROWS = Write(
+    "read_cursors.write_rows",
+    "INSERT INTO read_cursors (conversation_id, bridge_id, last_read_message_id, last_read_message_at_ms, "
+    "last_read_at_ms, updated_at_ms) SELECT r.conversation_id, :bridge_id, r.last_read_message_id, "
+    "r.last_read_message_at_ms, r.last_read_at_ms, r.updated_at_ms FROM {rows} WHERE true "
+    "ON CONFLICT (conversation_id) DO UPDATE SET last_read_message_id = excluded.last_read_message_id, "
+    "last_read_message_at_ms = excluded.last_read_message_at_ms, last_read_at_ms = excluded.last_read_at_ms, "
+    "updated_at_ms = excluded.updated_at_ms "
+    "WHERE (excluded.last_read_message_at_ms, excluded.last_read_message_id) > "
+    "(read_cursors.last_read_message_at_ms, read_cursors.last_read_message_id)",
+    "conversation_id text, last_read_message_id text, last_read_message_at_ms bigint, last_read_at_ms bigint, "
+    "updated_at_ms bigint",
 )
 GET = Stmt(
     "SELECT conversation_id, bridge_id, last_read_message_id, last_read_message_at_ms, last_read_at_ms, "
@@ -93,7 +87,7 @@ class ReadCursors:
                 for key in keys:
                     self.table.load(key, found.get(key))
 
-            out.append((READ_BY_CONVERSATIONS, {"keys": rows_json(keys)}, take))
+            out.append((*READ_BY_CONVERSATIONS.of(keys), take))
         remote = sorted(self.remote)
         self.remote.clear()
         if remote:
@@ -123,7 +117,7 @@ class ReadCursors:
 
     def flush(self, send: Writer) -> None:
         rows, written = [], []
-        for key, _was, row in list(self.table.changed()):
+        for key, _was, row in self.table.changed():
             rows.append({"conversation_id": key, "last_read_message_id": row.last_read_message_id,
                          "last_read_message_at_ms": row.last_read_message_at_ms,
                          "last_read_at_ms": row.last_read_at_ms, "updated_at_ms": row.updated_at_ms})
