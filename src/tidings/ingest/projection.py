@@ -142,6 +142,7 @@ def derive_id(prefix: str, entity: str, bridge_id: str, *natural_key: str) -> st
     return f"{prefix}_{sha256(text.encode()).hexdigest()[:32]}"
 
 
+@lru_cache(maxsize=8192)
 def identity_id_for(bridge_id: str, kind: str, canonical: str) -> str:
     return derive_id("idn", "identity", bridge_id, kind, canonical)
 
@@ -153,8 +154,8 @@ def identity_id_for(bridge_id: str, kind: str, canonical: str) -> str:
 RECEIPTS_LOCATE_BY_REMOTE_ID = frozenset({"signal"})
 
 
-# Pure functions of their arguments, asked again and again for the same conversations
-# (and for the messages that mutations, reactions and receipts target): remembered.
+# Pure functions of their arguments, asked again and again for the same conversations and
+# identities (and for the messages that mutations, reactions and receipts target): remembered.
 @lru_cache(maxsize=8192)
 def conversation_id_for(bridge_id: str, remote_conversation_id: str) -> str:
     return derive_id("conv", "conversation", bridge_id, remote_conversation_id)

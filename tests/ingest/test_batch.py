@@ -1,0 +1,247 @@
+"""A request's frames are projected in one batch (D115), both backends:
+
+* a frame that fails part-way through is taken back whole: a later frame of the same batch
+  never sees what it changed, and neither does the store;
+* a batch writes each changed row once, whatever the number of its frames that changed it,
+  and a row changed and changed back not at all;
+* the link hook, which reads the store, sees the rows of its own frame and of the batch's
+  earlier frames;
+* a row the batch did not ask for ahead is read when first used: never a wrong answer;
+* every writer of a bridge's rows holds the bridge's lock, the drain included
+  (PostgreSQL), since the batch trusts what it read until it writes;
+* a set-based read probes an index a key, whatever the planner's estimates (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_projection_support import World, msg, ref
+from writecount import WriteCounter
+
+from tidings.bridges.registry import create_bridge
+from tidings.counters import Counters
+from tidings.ingest.batch import Batch
+from tidings.ingest.counters import INGEST_COUNTERS
+from tidings.ingest.engine import Ingest
+from tidings.ingest.events import IdentityRef, MessageEvent
+from tidings.ingest.projection import ProjectionContext, conversation_id_for, project_frame, want_rows
+from tidings.store import identities as identities_store
+from tidings.store import inbox as inbox_store
+from tidings.store.engine import Tx
+
+CODEC = "test.events"
+
+
+def decode(codec: str, version: int, payload: Any) -> list[Any]:
+    """A test codec: the payload lists messages ``[conversation, id, sender raw, sender
+    name, body, at]``; a sender ``anon:`` fails the projection after its conversation
+    was minted (an anonymous identity cannot send)."""
+    doc = json.loads(payload) if isinstance(payload, str) else payload
+    out = []
+    for conv, mid, raw, name, body, at in doc["messages"]:
+        sender = ref(raw, name, platform="signal") if not raw.startswith("anon:") else IdentityRef(raw)
+        out.append(MessageEvent(conv, mid, sender, "incoming", body, at))
+    return out
+
+
+def frame(key: str, *messages: list[Any]) -> dict[str, Any]:
+    return {"codec": CODEC, "codec_version": 1, "dedupe_key": key, "payload": {"messages": list(messages)}}
+
+
+@pytest.fixture
+def ingest(store, faults):
+    ing = Ingest(store=store, faults=faults, decode=decode, codec_platforms={CODEC: "signal"})
+    yield ing
+    ing.stop()
+
+
+def conversation(store, bridge: str, remote: str) -> dict[str, Any] | None:
+    ph = "?" if store.dialect == "sqlite" else "%s"
+    with store.read() as tx:
+        row = tx.raw(f"SELECT last_message_at_ms, created_at_ms FROM conversations WHERE bridge_id = {ph} "
+                     f"AND remote_conversation_id = {ph}", (bridge, remote)).fetchone()
+    return None if row is None else {"last_message_at_ms": row[0], "created_at_ms": row[1]}
+
+
+def outcomes(store, bridge: str) -> list[str | None]:
+    ph = "?" if store.dialect == "sqlite" else "%s"
+    with store.read() as tx:
+        return [r[0] for r in tx.raw(f"SELECT outcome FROM inbox WHERE bridge_id = {ph} ORDER BY dedupe_key",
+                                     (bridge,)).fetchall()]
+
+
+def test_a_frame_that_fails_part_way_is_taken_back_whole_and_a_later_frame_never_sees_it(store, ingest):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    bob = ["+15550100", "Bob"]
+    results = ingest.append_body(bridge, {"frames": [
+        frame("1", ["signal:c", "m1", *bob, "hi", 1_000]),
+        # mints conversation d at 9,000, then fails on its anonymous sender: taken back
+        frame("2", ["signal:d", "m2", "anon:👍", "", "boo", 9_000]),
+        frame("3", ["signal:d", "m3", *bob, "there", 2_000]),  # mints d again, at 2,000
+    ]}, "signal")
+    assert [r.replay for r in results] == [False] * 3
+    assert outcomes(store, bridge) == ["applied", "quarantined", "applied"]
+    assert conversation(store, bridge, "signal:d")["last_message_at_ms"] == 2_000  # not 9,000
+    counts = ingest.counters.of(bridge).snapshot()
+    assert (counts["conversations_written"], counts["messages_written"]) == (2, 2)  # frame 2 counted nothing
+
+
+def test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it(store, ingest):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, frame("0", ["signal:c", "m0", "+15550100", "Bob", "hi", 1_000]), "signal")
+    with WriteCounter(store, ["identities", "conversations"]) as wc:
+        ingest.append_body(bridge, {"frames": [
+            frame("1", ["signal:c", "m1", "+15550100", "Robert", "a", 2_000]),
+            frame("2", ["signal:c", "m2", "+15550100", "Rob", "b", 3_000]),
+            frame("3", ["signal:c", "m3", "+15550100", "Bobby", "c", 4_000]),
+        ]}, "signal")
+        # three renames and three recency bumps, one write each row
+        assert wc.snapshot()["identities"]["update"] == 1 and wc.snapshot()["conversations"]["update"] == 1
+        wc.reset()
+        store.clock.advance(60_000)  # the renames below are stamped later than the stored row
+        sent: list[str] = []
+        real_execute, real_later = Tx.execute, Tx.later
+
+        def execute(tx: Tx, stmt: Any, params: Any = None) -> Any:
+            sent.append(stmt.name)
+            return real_execute(tx, stmt, params)
+
+        def later(tx: Tx, stmt: Any, params: Any = None) -> Any:
+            sent.append(stmt.name)
+            return real_later(tx, stmt, params)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Tx, "execute", execute)
+            mp.setattr(Tx, "later", later)
+            ingest.append_body(bridge, {"frames": [
+                frame("4", ["signal:c", "m4", "+15550100", "Robert", "d", 4_000]),
+                frame("5", ["signal:c", "m5", "+15550100", "Bobby", "e", 4_000]),
+            ]}, "signal")
+        # renamed and renamed back: not written, not even sent
+        assert wc.of("identities") == 0 and "identities.write_rows" not in sent
+    with store.read() as tx:
+        [row] = identities_store.of_bridge(tx, bridge)
+    assert row["display_name"] == "Bobby" and conversation(store, bridge, "signal:c")["last_message_at_ms"] == 4_000
+    counts = ingest.counters.of(bridge).snapshot()
+    assert counts["identities_written"] == 1 + 3 + 2  # what each frame changed, counted as before
+
+
+def test_the_link_hook_sees_the_rows_of_its_frame_and_of_the_batchs_earlier_frames(store):
+    seen: list[tuple[str, str | None]] = []
+    ph = "?" if store.dialect == "sqlite" else "%s"
+
+    class Hook:
+        def acts_on(self, tx: Tx, conversation_id: str) -> bool:
+            return True
+
+        def __call__(self, tx: Tx, change: Any) -> None:
+            name = tx.raw(f"SELECT display_name FROM identities WHERE id = {ph}", (change.sender_identity_id,)).fetchone()
+            body = tx.raw(f"SELECT body FROM bridge_messages WHERE id = {ph}", (change.message_id,)).fetchone()
+            seen.append((name and name[0], body and body[0]))
+
+    ingest = Ingest(store=store, decode=decode, codec_platforms={CODEC: "signal"}, on_message=Hook())
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.append_body(bridge, {"frames": [
+            frame("1", ["signal:a", "m1", "+15550100", "Dad", "first", 1_000]),  # Dad is new here
+            frame("2", ["signal:b", "m2", "+15550100", "", "second", 2_000]),
+        ]}, "signal")
+    finally:
+        ingest.stop()
+    assert seen == [("Dad", "first"), ("Dad", "second")]
+
+
+def test_a_row_not_asked_for_ahead_is_read_when_first_used(store):
+    w = World(store, "signal")
+    bob = ref("+15550100", "Bob", platform="signal")
+    w.frame([msg("signal:c", "m1", bob, at=1_000)])
+    events = [msg("signal:c", "m2", bob, at=2_000), msg("signal:c", "m1", bob, at=1_000)]
+    with store.write() as tx:
+        batch = Batch(tx, w.bridge_id, "signal")  # nothing asked for: every row read when used
+        ctx = ProjectionContext(w.bridge_id, "signal", "in_x", 5, 5, Counters(INGEST_COUNTERS), batch=batch)
+        assert project_frame(tx, ctx, events)
+        batch.flush()
+    counts = {k: v for k, v in ctx.counters.snapshot().items() if v}
+    # the stored sender and m1 were read, not taken for new: one message and one bump written
+    assert counts == {"messages_written": 1, "conversations_written": 1, "imported": 1}
+    assert w.message("signal:c", "m2")["body"] == "hello"
+
+
+def test_a_batch_reads_every_row_it_asked_for_in_one_round_trip(store):
+    w = World(store, "signal")
+    bob, ann = ref("+15550100", "Bob", platform="signal"), ref("+15550111", "Ann", platform="signal")
+    events = [msg(f"signal:{c}", f"m{n}", who, at=1_000 + n) for n, (c, who) in
+              enumerate([("a", bob), ("b", ann), ("a", ann), ("c", bob)])]
+    with store.write() as tx:
+        batch = Batch(tx, w.bridge_id, "signal")
+        want_rows(batch, events)
+        before = store.meter.snapshot()
+        batch.read()
+        after = store.meter.snapshot()
+    reads = after["statements"] - before["statements"]
+    # identities, conversations, roster places, messages: one statement each, for every key
+    assert reads == 4 + (1 if store.dialect == "postgresql" else 0)  # (+ BEGIN on PostgreSQL)
+    assert after["round_trips"] - before["round_trips"] == (1 if store.dialect == "postgresql" else 4)
+
+
+@pytest.mark.postgres_only
+def test_the_drain_takes_the_bridges_lock_before_it_reads_a_frames_rows(store, monkeypatch):
+    from tidings.store import pg_wire
+
+    sent: list[str] = []
+    real = pg_wire.Wire.run
+
+    def run(self: Any, batch: Any) -> None:
+        sent.extend(sql for sql, _, _ in batch)
+        real(self, batch)
+
+    ingest = Ingest(store=store, apply_on_append=False, decode=decode, codec_platforms={CODEC: "signal"})
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.append_body(bridge, frame("1", ["signal:a", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
+        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        ingest.worker.drain_if_due()
+    finally:
+        ingest.stop()
+    assert outcomes(store, bridge) == ["applied"]
+    lock = next(i for i, sql in enumerate(sent) if "pg_advisory_xact_lock(hashtextextended" in sql)
+    first_read = next(i for i, sql in enumerate(sent) if "FROM identities" in sql)
+    assert lock < first_read
+
+
+@pytest.mark.postgres_only
+def test_a_set_read_probes_an_index_a_key_even_in_a_generic_plan(store):
+    w = World(store, "signal")
+    with store.write() as tx:
+        tx.raw(
+            "INSERT INTO identities (id, bridge_id, kind, canonical, raw, created_at_ms, updated_at_ms) "
+            "SELECT 'idn_' || n, %s, 'e164', '+1555' || n, '+1555' || n, 1, 1 FROM generate_series(1, 5000) n",
+            (w.bridge_id,),
+        )
+        tx.raw("ANALYZE identities")
+    stmt, params = identities_store.READ_BY_KEYS.of([("e164", "+15551"), ("e164", "+15552")], bridge_id=w.bridge_id)
+    sql, _ = stmt.compiled("postgresql")
+    with store.write() as tx:
+        tx.raw("SET LOCAL plan_cache_mode = force_generic_plan")
+        plan = "\n".join(r[0] for r in tx.raw("EXPLAIN " + sql, params).fetchall())
+    assert "Seq Scan on identities" not in plan and "identities_bridge_id_kind_canonical_key" in plan, plan
+
+
+def test_the_drain_applies_a_frame_in_a_batch_of_its_own(store):
+    ingest = Ingest(store=store, apply_on_append=False, decode=decode, codec_platforms={CODEC: "signal"})
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        for n in range(3):
+            ingest.append_body(bridge, frame(str(n), ["signal:a", f"m{n}", "+15550100", "Bob", "hi", 1_000 + n]),
+                               "signal")
+        stats = ingest.worker.drain_if_due()
+    finally:
+        ingest.stop()
+    assert stats is not None and stats.applied == 3
+    assert conversation(store, bridge, "signal:a")["last_message_at_ms"] == 1_002
+    assert conversation_id_for(bridge, "signal:a").startswith("conv_")
+    with store.read() as tx:
+        assert inbox_store.backlog(tx) == 0
