@@ -20,10 +20,11 @@ commit in WAL mode costs too little to be worth sharing.
 
 Apply on append (``apply_on_append=True``, the default): the append transaction also
 applies its new frames through the worker's one "apply a frame" (``on_append.insert_applied``),
-each in a SAVEPOINT, when the bridge has no older unprocessed frame (one waiting out its
-backoff aside: the drain passes it too). So a frame usually
-costs one commit instead of two (its inbox row, inserted already marked applied, and its
-projection together) and is readable as soon as the 202 is sent. A frame that fails
+all of them in one batch that reads their rows once and writes each changed row once
+(D115), when the bridge has no older unprocessed frame (one waiting out its backoff aside:
+the drain passes it too). So a frame usually costs one commit instead of two (its inbox
+row, inserted already marked applied, and its projection together) and is readable as soon
+as the 202 is sent. A frame that fails
 deterministically is inserted quarantined with its cause in that same commit; one that
 fails transiently is inserted unprocessed for the worker, and so is the rest of its
 request. The 202 still means exactly "durably committed". If the apply step breaks the
@@ -247,10 +248,10 @@ class Ingest:
             )
             return results, sum(1 for r in results if not r.replay)
         inbox_store.lock_bridge_appends(tx, bridge_id)
-        # The projection's guarded writes go out behind, with the next statement or the
-        # COMMIT (D105); one that fails outside its frame's savepoint loses the
-        # transaction (``WriteBehindFailed``), and the request is appended again without
-        # apply on append, so the drain applies (or quarantines) each frame on its own.
+        # The batch's writes and the inbox rows go out behind, with the COMMIT (D105, D115);
+        # one that fails loses the transaction (``WriteBehindFailed``), and the request is
+        # appended again without apply on append, so the drain applies (or quarantines)
+        # each frame on its own.
         tx.write_behind = self.write_behind and tx.dialect == "postgresql"
         now = self.store.now_ms()
         applier = self.worker.appender(bridge_id, now)

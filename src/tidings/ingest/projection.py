@@ -1,12 +1,16 @@
 """The projection: one decoded frame's events applied to the bridge tables, writing only
-what changed (the write guards themselves live in the ``tidings.store`` modules
-``identities``, ``conversations``, ``bridge_messages``, ``reactions``, ``read_cursors``).
+what changed. The write guards themselves are the rules of the table-family classes of
+``tidings.store`` (``Identities``, ``Conversations`` and ``Rosters``, ``Messages``,
+``Reactions``, ``ReadCursors``), which hold a batch's rows (``ingest/batch.py``, D115).
 
 The worker calls :func:`project_frame` inside the frame's one transaction and marks the
-frame processed in that same transaction, so a frame is applied whole or not at all.
-Database errors propagate raw (the worker retries transient ones and quarantines the
-rest); bad data the decoders let through raises :class:`ProjectionError`, whose text is
-the quarantine cause.
+frame processed in that same transaction, so a frame is applied whole or not at all. A
+frame is projected in a ``Batch``: the rows of one bridge that the frames of one
+transaction touch, asked for first (:func:`want_rows`), read once, changed in memory and
+written once; a frame that raises is taken back whole from the batch, and a later frame of
+the batch never sees it. Database errors propagate raw (the worker retries transient ones
+and quarantines the rest); bad data the decoders let through raises
+:class:`ProjectionError`, whose text is the quarantine cause.
 
 Order within a frame, whatever the decoded order: conversations, messages, mutations,
 reactions, receipts.
@@ -18,16 +22,16 @@ reactions, receipts.
   this platform carries its proven ``kind``/``canonical``, any other is canonicalised
   here. Merge rule of a new sighting: ``raw`` is replaced,
   ``display_name`` only by a non-empty name, ``is_self`` only turns on. An unchanged
-  identity is not written (the check uses the row read once per frame); a changed one goes
-  through the guarded upsert. Anonymous reactors (``anon:<emoji>``) never get a row.
+  identity is not written (the batch's row is compared); a changed one goes through the
+  guarded upsert. Anonymous reactors (``anon:<emoji>``) never get a row.
 * **Conversations**: a ``ConversationEvent`` (Google) writes kind/title/revision only
   when one differs, then diffs the roster (one read; no write when unchanged; only the
   difference otherwise; a repeated identity or an unknown role is a ``ProjectionError``);
   a roster change advances ``updated_at_ms`` monotonically. Messages mint their
   conversation when it is new (kind inferred from the remote id) and otherwise raise
-  ``last_message_at_ms`` only when strictly newer: one statement per conversation per
-  frame. On Signal and WhatsApp, which send no rosters, an incoming message's sender is
-  added to the roster when absent.
+  ``last_message_at_ms`` only when strictly newer: one bump per conversation per frame.
+  On Signal and WhatsApp, which send no rosters, an incoming message's sender is added to
+  the roster when absent.
 * **Messages**: guarded natural-key upsert; a re-delivered original never undoes an edit
   or a delete. **Mutations**: last-writer-wins edits, terminal deletes (the body is
   cleared); a mutation of an unknown message counts ``mutations_orphaned``.

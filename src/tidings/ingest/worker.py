@@ -17,9 +17,10 @@ How it drains
 
 One frame, one transaction
   Load, decode, project and mark ``outcome='applied'`` run in ONE write transaction: the
-  projection's rows and the processed mark commit together or not at all. On PostgreSQL
-  the claim's round trip brings the row back, the decoded frame's reads go out together,
-  and its writes wait for the ``COMMIT`` (D106); a write that fails there fails the frame
+  projection's rows and the processed mark commit together or not at all. The claim
+  brings the row back and the frame takes its bridge's lock (D117); the decoded frame's
+  rows are read in one round trip (D115), and on PostgreSQL its writes wait for the
+  ``COMMIT`` (D106); a write that fails there fails the frame
   with the database's own error, as it would have failed at once. A transient
   database error (``store.engine.is_transient``) rolls everything back and the whole
   attempt (decode included) is tried again, 4 tries 5/10/20 ms apart; after that the
@@ -153,8 +154,9 @@ class Worker:
             clock=self.clock, faults=self.faults, counters=self.counters, decode=decode, project=project,
             validate=validate, codec_platforms=codec_platforms, on_message=on_message,
         )
-        #: A frame drained alone sends its projection's writes behind (``Tx.later``) and its
-        #: reads ahead (PostgreSQL; D106). Groups (``group_size > 1``) stay eager.
+        #: A frame drained alone sends its projection's writes behind (``Tx.later``; PostgreSQL,
+        #: D106); its rows are read in one round trip either way (D115). Groups
+        #: (``group_size > 1``) stay eager.
         self.write_behind = True
         self._conn: Dedicated | None = None
         self._cur = Attempt()  # the drain thread's current frame (counters, logs)
