@@ -40,6 +40,8 @@ from tidings.store.search import INDEX_COLUMNS
 
 # A batching bridge's request size for the "frames a request" run (the HTTP edge takes up to 1,000).
 BATCH = 100
+# The drain's group (frames a transaction) beside one a transaction, for the backlog run.
+DRAIN_GROUP = 100
 
 # Content columns compared between ours and the naive run: everything a reader can see,
 # minus the bookkeeping times (created/updated) and the few columns the naive statements
@@ -252,6 +254,54 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
         **cpu.split(wall, total),
         "rejected_at_append": rejected,
         **index,
+        **_outcomes(url),
+    }
+
+
+# -- the drain: a backlog applied by the worker ----------------------------------------------------
+def run_drain(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str,
+              group: int = 1) -> dict[str, Any]:
+    """A backlog drained: the corpus appended without apply on append (untimed, ``BATCH``
+    frames a request), then one timed ``drain`` of the worker, ``group`` frames a
+    transaction (``Worker.group_size``), as after an outage or a restart."""
+    from tidings.errors import TidingsError
+    from tidings.ingest.engine import Ingest
+
+    store, clock, bridges = new_store(url, _first_time(parsed))
+    ingest = Ingest(store=store, faults=store.faults, clock=clock, apply_on_append=False, group_size=group)
+    platform_of = ingest.codec_platforms()
+    total = len(parsed)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for raw in parsed:
+        if raw is not None:
+            groups.setdefault(_route(raw, platform_of), []).append(raw)
+    for platform, frames in groups.items():
+        for first in range(0, len(frames), BATCH):
+            try:
+                ingest.append_body(bridges[platform], {"frames": frames[first:first + BATCH]}, platform)
+            except TidingsError:
+                pass
+    meter_before = store.meter.snapshot()
+    commits_before = store.commits
+    with reporter.step(f"ingest: the drain, {group} a transaction, on {label}", total) as update:
+        cpu = RunCpu(url)
+        started = time.perf_counter()
+        stats = ingest.drain()
+        wall = time.perf_counter() - started
+        cpu.stop()
+        update(total)
+    drained = stats.applied + stats.quarantined
+    commits = store.commits - commits_before
+    sent = _sent(store, meter_before, max(drained, 1))
+    ingest.stop()
+    store.dispose()
+    return {
+        "group": group,
+        **_throughput(max(drained, 1), wall, commits),
+        "applied": stats.applied,
+        "quarantined": stats.quarantined,
+        **sent,
+        **cpu.split(wall, max(drained, 1)),
         **_outcomes(url),
     }
 
@@ -578,6 +628,15 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
             f"({concurrent['grouped']['appends_per_commit']:.2f} appends a commit), one commit a request "
             f"{concurrent['alone']['frames_per_s']:,.0f} frames/s"
         )
+        drains: dict[str, Any] = {}
+        for group in (1, DRAIN_GROUP):
+            drain_url = dbs.fresh(backend, f"ingest_drain_{group}")
+            drains[str(group)] = run_drain(drain_url, parsed, reporter, label, group)
+            dbs.drop(drain_url)
+        reporter.note(
+            f"ingest, the drain of a backlog [{label}]: {drains['1']['frames_per_s']:,.0f} frames/s one a "
+            f"transaction, {drains[str(DRAIN_GROUP)]['frames_per_s']:,.0f} frames/s {DRAIN_GROUP} a transaction"
+        )
         rows = dump(ours_url)
         raw_url = dbs.fresh(backend, "ingest_raw")
         raw = run_raw(raw_url, rows, frames, reporter, label)
@@ -589,7 +648,7 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
         reporter.note(f"ingest raw [{label}]: {raw['frames_per_s']:,.0f} frames/s ({raw['rows_inserted']:,} rows)")
         dbs.drop(raw_url)
         entry: dict[str, Any] = {"ours": ours, "ours_batched": batched, "raw": raw, "raw_per_frame": raw_per_frame,
-                                 "concurrent": concurrent, "floor": limits}
+                                 "concurrent": concurrent, "drain": drains, "floor": limits}
         if backend in naive_on:
             naive_url = dbs.fresh(backend, "ingest_naive")
             naive = run_naive(naive_url, parsed, reporter, label)
@@ -615,6 +674,7 @@ def run(backends: list[str], frames: int, seed: int, dbs: Databases, reporter: R
             "ours_over_raw_per_frame": ratio(ours["frames_per_s"], raw_per_frame["frames_per_s"], 3),
             "batched_over_ours": ratio(batched["frames_per_s"], ours["frames_per_s"]),
             "grouped_over_alone": ratio(concurrent["grouped"]["frames_per_s"], concurrent["alone"]["frames_per_s"]),
+            "drain_grouped_over_one": ratio(drains[str(DRAIN_GROUP)]["frames_per_s"], drains["1"]["frames_per_s"]),
             "commits_per_frame_naive_over_ours": ratio(
                 entry.get("naive", {}).get("commits_per_frame"), ours["commits_per_frame"]
             ),

@@ -5,7 +5,11 @@ selection that should catch it. Tests run on SQLite unless the mechanism is
 backend-specific (``backend="both"``/``"postgres"``). Grouped as issue 5 lists them:
 write guards, roster diff, recency, the reaction fence, the paging cursor, the drain and
 its backoff, apply on append, the projection's own skips and merge rules, mutations and
-reactions, decoders, the post path, the delivery side, and the backend-specific statements.
+reactions, decoders, the post path, the delivery side, and the backend-specific statements;
+then later issues' mechanisms, ending with the batch of D115 (a request's projection rows read
+once, changed in memory under a journal, written set-based): mutants of mechanisms D115
+removed (reads announced ahead, statements sent per frame) were replaced by mutants of what
+does their job now, each with a comment naming what it replaces.
 
 Run: ``uv run python bench/mutants.py --jobs 2 --json bench/results/mutants.json``.
 """
@@ -23,6 +27,7 @@ APPEND = "tests/ingest/test_apply_on_append.py"
 DECODERS = "tests/ingest/test_decoders.py"
 API_CORE = "tests/test_api_core.py"
 ROUND_TRIPS = "tests/test_round_trips.py"
+BATCH = "tests/ingest/test_batch.py"
 STUCK_RT = "test_frames_waiting_out_their_backoff_cost_a_later_frame_no_round_trip_and_a_retry_round_one_try"
 
 # -- source files --------------------------------------------------------------------------
@@ -41,6 +46,8 @@ PROJ_SRC = "src/tidings/ingest/projection.py"
 GOOGLE = "src/tidings/ingest/decoders/google_json.py"
 POSTING = "src/tidings/hub/posting.py"
 MESSAGES = "src/tidings/store/messages.py"
+BATCH_SRC = "src/tidings/ingest/batch.py"
+BATCH_ROWS_SRC = "src/tidings/store/batch_rows.py"
 
 
 def g(name: str) -> str:
@@ -60,40 +67,41 @@ def add(name: str, file: str, find: str, replace: str, *tests: str, why: str = "
 
 
 # == write guards: each term dropped on its own ===============================================
+# D115: a batch's rules run in memory (the families' ``upsert``s compare the row read once);
+# each term is dropped from that comparison. The SQL guard of each flush statement, the
+# safety net behind it, is dropped whole below ("guard.sql.*").
 _IDENT_TERMS = ["raw", "display_name", "is_self", "metadata"]
 _CONV_TERMS = ["kind", "title", "remote_revision"]
 _MSG_TERMS = [("sender_identity_id", "sender"), ("direction", "direction"), ("body", "body"),
               ("reply_to_remote_id", "reply_to"), ("occurred_at_ms", "occurred")]
 
 
-def _drop_term(term: str, nxt: str | None, is_first: bool) -> tuple[str, str]:
-    """The (find, replace) that removes ``term`` from a guard written one term per line."""
-    if is_first:
-        return f'"{term}"\n    " OR {nxt}', f'"{nxt}'
-    return f'    " OR {term}"\n', ""
+def _compare_without(term: str, terms: list[str]) -> str:
+    """``(have.a, have.b) == (a, b)``: the in-memory comparison of ``terms`` less ``term``."""
+    kept = [t for t in terms if t != term]
+    return f"({', '.join('have.' + t for t in kept)}) == ({', '.join(kept)})"
 
 
-for i, col in enumerate(_IDENT_TERMS):
-    term = f"identities.{col} IS DISTINCT FROM excluded.{col}"
-    nxt = None if i + 1 == len(_IDENT_TERMS) else f"identities.{_IDENT_TERMS[i + 1]}"
-    find, repl = _drop_term(term, nxt, i == 0)
-    add(f"guard.identity.{col}", IDENT, find, repl,
+for col in _IDENT_TERMS:
+    add(f"guard.identity.{col}", IDENT,
+        "        if have.content() == (raw, display_name, is_self, metadata):\n",
+        f"        if {_compare_without(col, _IDENT_TERMS)}:\n",
         g("test_every_identity_guard_column_changed_alone_writes_its_row"),
         why=f"the identity upsert no longer writes a change of {col} alone")
 
-for i, col in enumerate(_CONV_TERMS):
-    term = f"conversations.{col} IS DISTINCT FROM excluded.{col}"
-    nxt = None if i + 1 == len(_CONV_TERMS) else f"conversations.{_CONV_TERMS[i + 1]}"
-    find, repl = _drop_term(term, nxt, i == 0)
-    add(f"guard.conversation.{col}", CONVS, find, repl,
+for col in _CONV_TERMS:
+    add(f"guard.conversation.{col}", CONVS,
+        "        if (have.kind, have.title, have.remote_revision) == (kind, title, remote_revision):\n",
+        f"        if {_compare_without(col, _CONV_TERMS)}:\n",
         g("test_every_conversation_guard_column_changed_alone_writes_its_row"),
         why=f"the conversation upsert no longer writes a change of {col} alone")
 
-for i, (col, param) in enumerate(_MSG_TERMS):
-    term = f"{col} IS DISTINCT FROM :{param}"
-    nxt = None if i + 1 == len(_MSG_TERMS) else _MSG_TERMS[i + 1][0]
-    find, repl = _drop_term(term, nxt, i == 0)
-    add(f"guard.bridge_message.{col}", BMSG, find, repl,
+for col, _param in _MSG_TERMS:
+    add(f"guard.bridge_message.{col}", BMSG,
+        '        if have.state != "active" or have.content() == (\n'
+        "            sender_identity_id, direction, body, reply_to_remote_id, occurred_at_ms\n"
+        "        ):\n",
+        f'        if have.state != "active" or {_compare_without(col, [c for c, _ in _MSG_TERMS])}:\n',
         g("test_every_message_guard_column_changed_alone_writes_its_row"),
         why=f"a re-delivered message whose {col} alone changed is not updated")
 
@@ -104,13 +112,13 @@ add("roster.fast_path_ignores_display_name", CONVS,
     g("test_every_roster_column_changed_alone_writes_its_row"), g("test_changed_group_snapshot_writes_only_the_difference"),
     why="the unchanged-roster check ignores a column: a rename alone is never stored")
 add("roster.diff_ignores_is_active", CONVS,
-    "        if have == values:\n            continue",
-    "        if have is not None and have[:2] == values[:2]:\n            continue",
+    "            if stored.get(identity_id) != values:\n",
+    "            if (stored.get(identity_id) or (None, None, None))[:2] != values[:2]:\n",
     g("test_every_roster_column_changed_alone_writes_its_row"),
     why="the diff compares role and name only: a member going inactive is never stored")
 add("roster.never_deletes", CONVS,
-    "        if identity_id not in wanted:\n            written += tx.later(PARTICIPANT_DELETE",
-    "        if False:\n            written += tx.later(PARTICIPANT_DELETE",
+    "            if identity_id not in wanted:\n                self._set(conversation_id, identity_id, None)\n",
+    "            if False:\n                self._set(conversation_id, identity_id, None)\n",
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="a member who left stays on the roster")
 add("roster.fast_path_accepts_repeat", CONVS,
@@ -118,19 +126,19 @@ add("roster.fast_path_accepts_repeat", CONVS,
     g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
     why="the reference's survivor: a roster repeating an identity matches on the fast path")
 add("roster.diff_accepts_repeat", CONVS,
-    '        if row.identity_id in wanted:\n'
-    '            raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")\n',
+    '            if row.identity_id in wanted:\n'
+    '                raise RosterError(f"identity {row.identity_id!r} appears twice in the roster")\n',
     "",
     g("test_roster_sync_rejects_a_repeated_identity_even_when_the_count_matches"),
     why="the slow path merges a repeated identity silently")
 add("roster.never_touches_conversation", CONVS,
-    "    if written is not NO_ROWS and touched_at_ms > 0:  # a write was issued (see above)\n        touch(",
-    "    if False:\n        touch(",
+    "        if written and touched_at_ms > 0:\n            self.conversations.touch(",
+    "        if False:\n            self.conversations.touch(",
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="a roster-only change leaves the conversation's updated_at_ms behind")
 add("roster.touch_moves_backwards", CONVS,
-    '"UPDATE conversations SET updated_at_ms = :now WHERE id = :id AND updated_at_ms < :now"',
-    '"UPDATE conversations SET updated_at_ms = :now WHERE id = :id"',
+    "        if have is None or have.updated_at_ms >= now:\n            return 0\n",
+    "        if have is None:\n            return 0\n",
     g("test_roster_touch_never_moves_updated_at_backwards"),
     why="a replayed (older) clock moves updated_at_ms backwards")
 add("refresh.never_touches", PROJ_SRC,
@@ -138,23 +146,26 @@ add("refresh.never_touches", PROJ_SRC,
     g("test_changed_group_snapshot_writes_only_the_difference"),
     why="the reference's 'touchedAtMS = 0': the projection never asks for the roster touch")
 add("roster.every_sender_joins", PROJ_SRC,
-    "            ensure = sender_roster and incoming and not sender[3]\n",
-    "            ensure = sender_roster\n",
+    "            if sender_roster and incoming and not sender[3]:\n",
+    "            if sender_roster:\n",
     t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
     why="our own outgoing messages put us on every Signal/WhatsApp roster")
 
 # == recency ================================================================================
 add("recency.bump_on_equal", CONVS,
-    "WHERE id = :id AND last_message_at_ms < :at", "WHERE id = :id AND last_message_at_ms <= :at",
+    "        if have.last_message_at_ms >= at_ms:\n", "        if have.last_message_at_ms > at_ms:\n",
     g("test_recency_bump_writes_only_when_strictly_newer"),
     why="an equal-time message rewrites the recency row")
-add("recency.mint_or_bump_on_equal", CONVS,
-    '"WHERE conversations.last_message_at_ms < excluded.last_message_at_ms"',
-    '"WHERE conversations.last_message_at_ms <= excluded.last_message_at_ms"',
-    g("test_recency_bump_writes_only_when_strictly_newer"),
-    why="the message path's one recency statement writes on an equal time")
+# Replaces recency.mint_or_bump_on_equal: the message path's own recency statement is gone
+# (D115); its one mint-or-bump per conversation now takes the frame's newest message time here,
+# and the equal-time rule is Conversations.mint_or_bump's alone (recency.bump_on_equal).
+add("recency.frame_takes_its_last_message_time", PROJ_SRC,
+    "            if at is None or ev.occurred_at_ms > at:\n", "            if True:\n",
+    t(PROJ, "test_group_remote_id_mints_a_group_and_recency_only_moves_forward"),
+    why="a frame's one mint-or-bump per conversation takes its last message's time, not its newest: "
+        "a frame whose messages come newest first leaves recency behind")
 add("recency.moves_backwards", CONVS,
-    '"WHERE conversations.last_message_at_ms < excluded.last_message_at_ms"', '""',
+    "        if have.last_message_at_ms >= at_ms:\n            return 0\n", "",
     t(PROJ, "test_group_remote_id_mints_a_group_and_recency_only_moves_forward"),
     why="an older message, retried late, moves recency back")
 
@@ -162,16 +173,21 @@ add("recency.moves_backwards", CONVS,
 add("fence.sql_unguarded", REACT,
     '"updated_at_ms = excluded.updated_at_ms WHERE excluded.source_seq_ms > reaction_fences.source_seq_ms",',
     '"updated_at_ms = excluded.updated_at_ms",',
-    g("test_snapshot_and_fence_statements_are_guarded_in_sql"),
+    g("test_every_write_statement_is_guarded_in_sql"),
     why="the fence statement overwrites whatever it finds (the safety net is gone)")
 add("fence.write_at_its_own_sequence", REACT,
-    "    if current_fence is None or source_seq_ms > current_fence:\n        fence_written",
-    "    if current_fence is None or source_seq_ms >= current_fence:\n        fence_written",
-    g("test_statement_budget_per_frame"),
-    why="the fence write at the fence's own sequence is no longer skipped")
+    "        if current_fence is None or source_seq_ms > current_fence:\n"
+    "            fence_written = self.advance_fence(message_id, source_seq_ms, now)\n",
+    "        if current_fence is None or source_seq_ms >= current_fence:\n"
+    "            self.fences.put(message_id, (source_seq_ms, now))\n"
+    "            fence_written = 1\n",
+    g("test_unchanged_writes_touch_no_rows"),
+    g("test_repeated_google_message_frame_writes_only_the_fence_when_newer"),
+    why="the fence write at the fence's own sequence is no longer skipped (the batch's own check; the "
+        "flush and the SQL guard still keep the row, but the frame reports a write it never made)")
 add("fence.accepts_older_snapshot", REACT,
-    "        if current_fence is not None and source_seq_ms < current_fence:\n            tx.drop_ahead",
-    "        if False:\n            tx.drop_ahead",
+    "        if current_fence is not None and source_seq_ms < current_fence:\n            return SnapshotResult(",
+    "        if False:\n            return SnapshotResult(",
     g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
     why="an older snapshot retried late brings a removed reaction back")
 add("fence.rejects_equal_snapshot", REACT,
@@ -179,9 +195,9 @@ add("fence.rejects_equal_snapshot", REACT,
     g("test_snapshot_at_the_fence_sequence_is_accepted_and_its_fence_write_skipped"),
     why="a second message of the same frame's sequence is dropped whole")
 add("fence.audit_skip_empty_snapshot", REACT,
-    "    if current_fence is None or source_seq_ms > current_fence:\n        fence_written",
-    "    if (entries or current_fence is not None) and (current_fence is None or source_seq_ms > current_fence):\n"
-    "        fence_written",
+    "        if current_fence is None or source_seq_ms > current_fence:\n            fence_written",
+    "        if (entries or current_fence is not None) and (current_fence is None or source_seq_ms > current_fence):\n"
+    "            fence_written",
     g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
     why="the audit's suggestion: skip the fence write of an empty snapshot when no fence exists")
 add("fence.audit_skip_empty_frame", PROJ_SRC,
@@ -189,8 +205,8 @@ add("fence.audit_skip_empty_frame", PROJ_SRC,
     g("test_older_google_reaction_snapshot_cannot_override_a_newer_empty_one"),
     why="the same skip in the projection: a Google frame without reactions applies no snapshot")
 add("snapshot.never_tombstones", REACT,
-    '        if have[4] == "active" and reactor_key not in entries:',
-    "        if False:",
+    '            if have.state == "active" and reactor_key not in entries:',
+    "            if False:",
     g("test_snapshot_writes_only_changed_reactions_and_tombstones_absent_ones"),
     why="a reaction absent from a newer snapshot stays active")
 
@@ -293,31 +309,31 @@ add("append.keeps_applying_after_a_left_frame", ON_APPEND,
 
 # == the projection's own skips and merge rules ==============================================
 add("skip.identity_ignores_self", PROJ_SRC,
-    "        if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:",
-    "        if raw != stored[1] or new_name != stored[2]:",
+    "        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:",
+    "        if raw != stored.raw or new_name != stored.display_name:",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="the reference's mutant: an identity seen as self later is never marked self")
 add("skip.identity_ignores_raw", PROJ_SRC,
-    "        if raw != stored[1] or new_name != stored[2] or new_self != stored[3]:",
-    "        if new_name != stored[2] or new_self != stored[3]:",
+    "        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:",
+    "        if new_name != stored.display_name or new_self != stored.is_self:",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="the reference's mutant: a new spelling of the same number is never stored")
 add("merge.blank_name_erases", PROJ_SRC,
-    "        new_name = name or stored[2]", "        new_name = name",
+    "        new_name = name or stored.display_name", "        new_name = name",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="a sighting without a name erases the known name")
 add("merge.self_turns_off", PROJ_SRC,
-    "        new_self = stored[3] or ref.is_self", "        new_self = ref.is_self",
+    "        new_self = stored.is_self or ref.is_self", "        new_self = ref.is_self",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="is_self only turns on; here a later sighting turns it off")
 add("skip.conversation_ignores_revision", PROJ_SRC,
-    "(stored[1], stored[2], stored[3]) != (ev.kind, ev.title, ev.remote_revision)",
-    "(stored[1], stored[2]) != (ev.kind, ev.title)",
+    "(stored.kind, stored.title, stored.remote_revision) != (\n            ev.kind, ev.title, ev.remote_revision\n",
+    "(stored.kind, stored.title) != (\n            ev.kind, ev.title\n",
     t(PROJ, "test_conversation_refresh_column_by_column"),
     why="the reference's mutant: a revision-only change is never stored")
 add("order.mutations_before_messages", PROJ_SRC,
-    "    if msgs:\n        frame.messages(msgs)\n    for ev in muts:\n        frame.mutation(ev)\n",
-    "    for ev in muts:\n        frame.mutation(ev)\n    if msgs:\n        frame.messages(msgs)\n",
+    "        if msgs:\n            frame.messages(msgs)\n        for ev in muts:\n            frame.mutation(ev)\n",
+    "        for ev in muts:\n            frame.mutation(ev)\n        if msgs:\n            frame.messages(msgs)\n",
     t(PROJ, "test_events_apply_in_kind_order_whatever_the_decoded_order"),
     why="an edit decoded before its message in one frame is orphaned")
 add("projection.counts_before_commit", PROJ_SRC,
@@ -327,35 +343,33 @@ add("projection.counts_before_commit", PROJ_SRC,
 
 # == messages, mutations, reactions, receipts =================================================
 add("redelivery.undoes_edit", BMSG,
-    "WHERE id = :id AND state = 'active' AND ({MESSAGE_GUARD})", "WHERE id = :id AND ({MESSAGE_GUARD})",
+    '        if have.state != "active" or have.content() == (', "        if have.content() == (",
     t(PROJ, "test_redelivered_message_writes_nothing_and_never_undoes_an_edit_or_delete"),
     why="a re-delivered original overwrites an edit or resurrects a deleted body")
 add("edit.older_wins", BMSG,
-    "AND (mutated_at_ms IS NULL OR mutated_at_ms < :at ", "AND (mutated_at_ms IS NULL OR mutated_at_ms <> :at ",
+    "mutated is None or mutated < at_ms or (", "mutated is None or mutated != at_ms or (",
     t(PROJ, "test_edits_are_last_writer_wins_and_a_delete_is_terminal"),
     why="an older edit retried late overwrites a newer one")
 add("edit.revives_deleted", BMSG,
-    "WHERE id = :id AND state <> 'deleted' AND (mutated_at_ms IS NULL", "WHERE id = :id AND (mutated_at_ms IS NULL",
+    '        if have is None or have.state == "deleted":\n            return None\n        mutated = ',
+    "        if have is None:\n            return None\n        mutated = ",
     t(PROJ, "test_edits_are_last_writer_wins_and_a_delete_is_terminal"),
     why="a delete is not terminal: a later edit brings the message back")
 add("delete.keeps_body", BMSG,
-    "\"UPDATE bridge_messages SET body = '', state = 'deleted'", "\"UPDATE bridge_messages SET state = 'deleted'",
+    'self.table.put(id, have._replace(body="", state="deleted",', 'self.table.put(id, have._replace(state="deleted",',
     t(PROJ, "test_redelivered_message_writes_nothing_and_never_undoes_an_edit_or_delete"),
     why="a deleted message's text stays readable (the reference kept the body)")
 add("delta.equal_time_always_writes", REACT,
-    '"WHERE excluded.occurred_at_ms > reactions.occurred_at_ms "',
-    '"WHERE excluded.occurred_at_ms >= reactions.occurred_at_ms "',
+    "(occurred_at_ms == have.occurred_at_ms and not (", "(False and not (",
     t(PROJ, "test_equal_time_reaction_writes_only_when_content_differs"),
     why="a re-delivered reaction rewrites its row")
 add("delta.older_wins", REACT,
-    '"WHERE excluded.occurred_at_ms > reactions.occurred_at_ms "',
-    '"WHERE excluded.occurred_at_ms <> reactions.occurred_at_ms "',
+    "        if occurred_at_ms < have.occurred_at_ms or (", "        if (",
     t(PROJ, "test_delta_reactions_last_writer_wins_with_tombstones"),
     t(PROJ, "test_remove_before_add_leaves_a_tombstone_that_fences_the_stale_add"),
     why="a stale add delivered after a removal brings the reaction back")
 add("read_cursor.moves_backwards", READCUR,
-    '"WHERE excluded.last_read_message_at_ms > read_cursors.last_read_message_at_ms "',
-    '"WHERE excluded.last_read_message_at_ms <> read_cursors.last_read_message_at_ms "',
+    "if have is not None and (message_at_ms, message_id) <= (", "if have is not None and (message_at_ms, message_id) == (",
     t(PROJ, "test_read_cursor_moves_on_self_read_receipts_only_and_only_forwards"),
     why="a late receipt for an older message moves our read cursor back")
 add("receipt.others_move_our_cursor", PROJ_SRC,
@@ -368,8 +382,7 @@ add("receipt.no_lookup_by_remote_id", PROJ_SRC,
     t(PROJ, "test_signal_read_sync_finds_a_group_message_by_its_remote_id"),
     why="a Signal group message read on another device never moves the group's read cursor")
 add("receipt.ambiguous_remote_id_places", BMSG,
-    "    return tuple(rows[0]) if len(rows) == 1 else None",
-    "    return tuple(rows[0]) if rows else None",
+    "        if len(found) != 1:\n            return None\n", "        if not found:\n            return None\n",
     t(PROJ, "test_signal_read_sync_finds_a_group_message_by_its_remote_id"),
     why="a read naming an id two conversations hold moves one of them at random")
 add("receipt.lookup_off_signal", PROJ_SRC,
@@ -807,8 +820,8 @@ add("network_time.not_passed_on", "src/tidings/bridges/links.py",
     t("tests/test_network_time.py", "test_a_linked_message_keeps_its_network_time_and_the_channel_keeps_hub_order"),
     why="a linked message shows when the hub got it, not when it was sent")
 add("attachments.not_projected", "src/tidings/ingest/projection.py",
-    '            if result == "inserted" and ev.attachments:',
-    "            if False:",
+    "                if ev.attachments:  # metadata, with the message only (D61)",
+    "                if False:",
     t(ATT, "test_metadata_from_all_three_codecs_is_kept_and_shown"),
     why="attachment metadata is dropped after decoding")
 add("attachments.hash_unchecked", "src/tidings/blobs.py",
@@ -843,13 +856,8 @@ add("batch.claim_guard_moved", INBOX_SRC,
     "    \"WHERE inbox_id = :inbox_id \"\n    \"RETURNING bridge_id",
     t(WORKER, "test_a_frame_finished_after_it_was_listed_is_gone_not_applied_again"),
     why="the claim (load + applied mark) lost its at-most-once guard: a frame finished elsewhere is applied again")
-add("batch.ensure_guard_moved", PROJ_SRC,
-    "            if ensure and not behind and tx.dialect == \"postgresql\":\n",
-    "            if sender_roster and not behind and tx.dialect == \"postgresql\":\n",
-    t(PROJ, "test_outgoing_message_keeps_roster_to_the_peers"),
-    backend="postgres",
-    why="the roster ensure sent ahead is guarded apart from where its result is read: our own outgoing "
-        "messages join us to the roster on PostgreSQL")
+# batch.ensure_guard_moved (PostgreSQL's roster ensure sent ahead) went with D115: see "guard.sql.*"
+# at the end, and roster.every_sender_joins for where the ensure is guarded now.
 add("batch.group_out_of_receipt_order", WORKER_SRC,
     "                    if len(batch) >= self.group_size:\n                        self._run_group(batch, stats, on_frame)",
     "                    if len(batch) >= self.group_size:\n"
@@ -894,8 +902,8 @@ add("group.out_of_arrival_order", GROUP_SRC,
     backend="both",
     why="a shared transaction runs its members last first: one bridge's appends apply out of receipt order")
 add("echo.lock_after_read", "src/tidings/bridges/echo.py",
-    "    _serialize(tx, conversation_id)\n    rows = outbox_store.echo_candidates(",
-    "    rows = outbox_store.echo_candidates(",
+    "            _serialize(self.tx, conversation_id)  # the locks go first, in the same round trip\n",
+    "            pass\n",
     t("tests/ingest/test_fast_path.py",
       "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
     backend="postgres",
@@ -962,19 +970,25 @@ add("pg_wire.psycopg_prepares_too", "src/tidings/store/engine.py",
     backend="postgres",
     why="psycopg prepares its own statements on the store's connections, then deallocates every prepared "
         "statement after a ROLLBACK it sees: the store's next statement fails")
-add("projection.roster_identities_not_read_ahead", PROJ_SRC,
-    "        self.read_ahead_identities([key for _ref, key, _role, _active in prepared])",
-    "        pass",
+# Replaces projection.roster_identities_not_read_ahead: reads are no longer announced one by
+# one (D115); ``want_rows`` asks the batch for every key, and a key it leaves out is read when
+# first used, one round trip each.
+add("projection.roster_identities_not_wanted", PROJ_SRC,
+    "            for part in ev.participants:\n                identity(part.identity)\n",
+    "",
+    t("tests/ingest/test_fast_path.py", "test_the_eager_drain_reads_a_frames_rows_in_one_round_trip"),
     t("tests/ingest/test_fast_path.py",
-      "test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
+      "test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read"),
     backend="postgres",
     why="a roster snapshot reads each participant's identity in a round trip of its own: "
         "a Google or group snapshot of N people costs N more round trips")
-add("reactions.fence_and_reactions_apart", REACT,
-    '        tx.read_ahead(OF_MESSAGE, {"message_id": message_id})\n',
-    "",
-    t("tests/ingest/test_fast_path.py",
-      "test_the_eager_drain_reads_a_roster_snapshots_participants_and_a_reaction_snapshots_two_reads_together"),
+# Replaces reactions.fence_and_reactions_apart: the fence and the reactions of a message are now
+# two reads of the batch's one read; here the fences are read only when no reactions are.
+add("reactions.fence_read_apart", REACT,
+    "        fences = self.fences.take_wanted()\n",
+    "        fences = [] if ids else self.fences.take_wanted()\n",
+    t("tests/ingest/test_fast_path.py", "test_the_eager_drain_reads_a_frames_rows_in_one_round_trip"),
+    t("tests/ingest/test_fast_path.py", "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
     backend="postgres",
     why="a reaction snapshot of a stored message reads its fence and its reactions in two round trips")
 add("engine.withdrawn_read_ahead_kept", "src/tidings/store/engine.py",
@@ -1022,34 +1036,44 @@ add("ingest.write_behind_failure_not_appended_again", "src/tidings/ingest/engine
     why="a frame whose write failed at COMMIT fails its request: the bridge retries it forever instead "
         "of the drain quarantining it")
 add("projection.ensure_touches_always", CONVS,
-    "AND updated_at_ms < :now AND EXISTS (SELECT 1 FROM added)) ",
-    "AND updated_at_ms < :now) ",
-    GUARDS, "tests/ingest/test_projection.py",
-    backend="postgres",
-    why="PostgreSQL's one-statement roster ensure touches the conversation though nobody joined")
-add("projection.reads_announced_before_the_frame_writes_them", PROJ_SRC,
-    "            if mid not in written and mid not in targets:\n                bridge_messages.read_ahead_exists(tx, mid)",
-    "            if mid not in targets:\n                bridge_messages.read_ahead_exists(tx, mid)",
+    "        if self.member(conversation_id, identity_id) is not None:\n            return 0\n",
+    "        if self.member(conversation_id, identity_id) is not None:\n"
+    "            self.conversations.touch(conversation_id, now)\n            return 0\n",
+    t(BATCH, "test_a_known_members_message_moves_recency_but_never_touches_its_conversation"),
+    why="the roster ensure touches the conversation though nobody joined (a message that also moves "
+        "recency then writes the touch with it)")
+# Replaces projection.reads_announced_before_the_frame_writes_them: nothing is announced per
+# frame any more (D115); the batch's rows are what a frame sees, and here a reaction's target is
+# looked up as the database had it when the batch read it, not as the frame left it.
+add("projection.reaction_target_looked_up_as_read", BMSG,
+    "    def exists(self, message_id: str) -> bool:\n        return self.get(message_id) is not None\n",
+    "    def exists(self, message_id: str) -> bool:\n        self.get(message_id)\n"
+    "        return self.table.read.get(message_id) is not None\n",
     t("tests/ingest/test_projection.py", "test_a_frame_that_carries_a_message_and_reactions_to_it_applies_them_all"),
-    backend="postgres",
-    why="a delta reaction's target read is announced before the frame's own insert of that message: "
-        "the reaction is counted orphaned and dropped")
+    # (the demo's request reacts to a message of an earlier frame; World's hook flushes mid-frame)
+    t("tests/ingest/test_api_bridges.py", "test_demo_seeds_alices_signal_bridge_and_its_frames_apply"),
+    why="a delta reaction's target is looked up as the batch read it, before the frame's own insert of "
+        "that message: the reaction is counted orphaned and dropped")
 add("ingest.writes_not_behind_on_append", "src/tidings/ingest/engine.py",
     '        tx.write_behind = self.write_behind and tx.dialect == "postgresql"',
     "        tx.write_behind = False",
     t(FAST_PATH, "test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again"),
-    t(FAST_PATH, "test_a_batch_of_frames_costs_one_round_trip_a_frame_and_the_commit_carries_the_last"),
+    t(FAST_PATH, "test_a_batch_of_frames_costs_two_round_trips_whatever_its_size"),
     backend="postgres",
     why="apply on append sends every write at once: a Signal frame is 4 round trips again, not 2")
-add("projection.roster_not_announced", PROJ_SRC,
-    "            refs.extend(part.identity for part in ev.participants)\n",
+# Replaces projection.roster_not_announced (reads announced with the inbox insert, gone with
+# D115): ``want_rows`` leaves out a snapshot's roster, which is then read when first used.
+add("projection.roster_not_wanted", PROJ_SRC,
+    "            rosters.want_roster(conversation_id_for(bridge_id, ev.remote_conversation_id))\n",
     "",
     t(FAST_PATH, "test_a_roster_snapshot_reads_its_participants_in_the_round_trip_of_its_conversation_read"),
     backend="postgres",
-    why="apply on append reads a roster snapshot's participants after its inbox insert, not with it")
-add("projection.snapshot_reads_not_announced", PROJ_SRC,
-    "                reactions.read_ahead_snapshot(tx, message_id_for(",
-    "                (lambda *a: None)(tx, message_id_for(",
+    why="apply on append reads a roster snapshot's roster in a round trip of its own, after the batch's read")
+# Replaces projection.snapshot_reads_not_announced: ``want_rows`` leaves out the reactions and
+# fence of a snapshot message, which are then read when first used.
+add("projection.snapshot_reactions_not_wanted", PROJ_SRC,
+    "            if ev.reactions_snapshot and platform in SNAPSHOT_PLATFORMS:\n                reactions.want(mid)\n",
+    "",
     t(FAST_PATH, "test_a_reaction_snapshot_reads_its_fence_and_its_reactions_in_one_round_trip"),
     backend="postgres",
     why="apply on append reads a snapshot message's fence and reactions in a round trip of their own")
@@ -1057,21 +1081,26 @@ add("engine.commit_sends_waiting_savepoints", ENGINE,
     "        self._pending = [entry for entry in pending if not entry[0].startswith(_SAVEPOINT_WORDS)]\n",
     "        self._pending = list(pending)\n",
     t(FAST_PATH, "test_one_applied_frame_costs_these_statements_and_a_known_bridge_is_not_read_again"),
+    # (D115: only a frame that may call the link hook takes a savepoint now)
+    t(BATCH, "test_a_frame_that_may_call_the_hook_leaves_its_savepoints_release_to_the_commit"),
     backend="postgres",
     why="the RELEASE of every frame goes out with the COMMIT that releases it anyway: a statement a frame")
-add("echo.lock_taken_twice", PROJ_SRC,
-    "                           announced=self.write_behind and cid == conversation_id_for(bridge_id, remote_conv))",
-    "                           announced=False)",
-    t(FAST_PATH, "test_an_outgoing_message_takes_the_echo_lock_in_the_round_trip_of_its_echo_read"),
+# Replaces echo.lock_taken_twice (the lock announced, then taken again): the batch's echo read
+# (``Claims.reads``) takes each conversation's lock; here it is taken after that read.
+add("echo.lock_taken_after_the_read", ECHO_SRC,
+    "        for conversation_id in sorted({cid for cid, _ in keys}):\n"
+    "            _serialize(self.tx, conversation_id)  # the locks go first, in the same round trip\n"
+    "\n"
+    "        def take(rows: list[tuple[Any, ...]]) -> None:\n",
+    "        def take(rows: list[tuple[Any, ...]]) -> None:\n"
+    "            for conversation_id in sorted({cid for cid, _ in keys}):\n"
+    "                _serialize(self.tx, conversation_id)\n",
+    t(BATCH, "test_an_outgoing_message_takes_its_echo_lock_before_its_echo_read"),
     backend="postgres",
-    why="an outgoing message takes its conversation's echo lock a second time after announcing it")
-add("bridge_message.upsert_rows_update_sees_no_guard", BMSG,
-    'f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED} RETURNING 1) "',
-    'f"WITH inserted AS ({_INSERT} RETURNING 1), updated AS ({_UPDATE_GUARDED.split(\' AND (\')[0]} RETURNING 1) "',
-    t(FAST_PATH, "test_a_redelivered_message_applied_on_append_writes_nothing"),
-    backend="postgres",
-    why="PostgreSQL's one-statement message upsert drops the write guard: a re-delivered message "
-        "rewrites its row")
+    why="the echo read runs before its per-conversation lock is taken: an echo and its send report can "
+        "still miss each other")
+# bridge_message.upsert_rows_update_sees_no_guard (PostgreSQL's one-statement message upsert) went
+# with D115: see guard.sql.bridge_messages at the end.
 WORKER = "src/tidings/ingest/worker.py"
 add("drain.writes_not_behind", WORKER,
     '                    tx.write_behind = self.write_behind and tx.dialect == "postgresql"',
@@ -1079,10 +1108,13 @@ add("drain.writes_not_behind", WORKER,
     t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
     backend="postgres",
     why="the drain sends every write of a frame at once: a drained Signal message is 9 round trips, not 4")
-add("drain.reads_not_announced", "src/tidings/ingest/apply.py",
-    "            if tx.write_behind and decoded is None:  # the drain",
-    "            if False and decoded is None:  # the drain",
+# Replaces drain.reads_not_announced (the drain decoding ahead to announce a frame's reads): a
+# drained frame is a batch of its own, whose rows ``want_rows`` asks for; here it asks for none.
+add("drain.rows_not_wanted", PROJ_SRC,
+    "    want_rows(batch, events)\n    batch.read()\n",
+    "    batch.read()\n",
     t(FAST_PATH, "test_the_drain_sends_a_frames_writes_behind_and_its_reads_ahead"),
+    t(FAST_PATH, "test_the_eager_drain_reads_a_frames_rows_in_one_round_trip"),
     backend="postgres",
     why="a drained frame's reads go out one round trip each instead of together after its claim")
 add("drain.write_behind_failure_not_unwrapped", WORKER,
@@ -1102,18 +1134,19 @@ add("drain.listing_in_a_transaction", WORKER,
     why="the drain's page listing pays a BEGIN and a ROLLBACK round trip for one statement")
 LINKS_SRC = "src/tidings/bridges/links.py"
 LINKS_TESTS = "tests/test_links.py"
-add("links.hook_acts_on_every_conversation", PROJ_SRC,
-    '        acts_on = getattr(hook, "acts_on", None)\n',
-    "        acts_on = None\n",
+add("links.hook_acts_on_every_conversation", BATCH_SRC,
+    '        acts_on = getattr(hook, "acts_on", None)\n        if acts_on is None:\n            return True\n',
+    "        acts_on = None\n        if acts_on is None:\n            return True\n",
     t(LINKS_TESTS, "test_a_hub_with_links_applies_an_unlinked_conversations_message_in_two_round_trips"),
     backend="postgres",
     why="a hub with bridge links writes every incoming message eagerly: 4 round trips a frame, not 2")
-add("links.hook_read_not_announced", PROJ_SRC,
-    "                    announce_hook(tx, cid)\n",
-    "                    pass\n",
+add("links.hook_read_not_announced", BATCH_SRC,
+    "                for cid in fresh:\n                    announce(tx, cid)\n",
+    "                pass\n",
     t(LINKS_TESTS, "test_a_hub_with_links_applies_an_unlinked_conversations_message_in_two_round_trips"),
     backend="postgres",
-    why="the link hook's read of a conversation's links costs a round trip of its own")
+    why="the link hook's read of a conversation's links (asked for by ``want_rows``, announced with the "
+        "batch's reads) costs a round trip of its own")
 add("links.hook_acts_on_no_conversation", LINKS_SRC,
     "        return bool(links_store.linked_channels(tx, conversation_id))",
     "        return False",
@@ -1169,10 +1202,13 @@ add("rostercopy.stale_channels_not_read_again", "src/tidings/store/delivery.py",
 # -- a request's rows in one statement (D113, PostgreSQL) -------------------------------------
 REQUEST_ROWS = "tests/ingest/test_request_rows.py"
 REQUEST_ROWS_ONE = t(REQUEST_ROWS, "test_a_request_of_several_frames_answers_and_stores_what_one_row_inserts_do")
-add("requestrows.one_row_inserts_again", ON_APPEND,
-    "        if tx.write_behind and len(frames) > 1:\n",
-    "        if False:\n",
-    REQUEST_ROWS_ONE, backend="postgres",
+# Replaces requestrows.one_row_inserts_again (the one-row insert of PostgreSQL's single frames is
+# gone: every applying append keeps its rows, D115): the rows kept so far go out before each frame.
+add("requestrows.rows_sent_a_frame_at_a_time", ON_APPEND,
+    "        if rows.full():\n            rows.send(tx)  # between two frames",
+    "        if True:\n            rows.send(tx)  # between two frames",
+    REQUEST_ROWS_ONE, t(FAST_PATH, "test_a_batch_of_frames_costs_two_round_trips_whatever_its_size"),
+    backend="both",
     why="a request of several frames inserts a row a frame again: a statement a frame more on the server")
 add("requestrows.keys_of_the_request_not_kept", ON_APPEND,
     '            cast("dict[str, tuple[Any, ...]]", self._stored)[frame.dedupe_key] = (\n',
@@ -1181,7 +1217,7 @@ add("requestrows.keys_of_the_request_not_kept", ON_APPEND,
     why="a key repeated inside the request is inserted twice: the request loses its transaction to the "
         "unique index and is appended again without apply on append")
 add("requestrows.stored_keys_not_read", ON_APPEND,
-    "            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast(str, self._keys))\n",
+    '            self._stored = inbox_store.stored_by_dedupe_keys(tx, self.bridge_id, cast("list[str]", self._keys))\n',
     "            self._stored = {}\n",
     REQUEST_ROWS_ONE, backend="postgres",
     why="a replay of a stored frame is inserted again: the request loses its transaction to the unique index")
@@ -1191,12 +1227,115 @@ add("requestrows.cause_dropped", ON_APPEND,
     REQUEST_ROWS_ONE, backend="postgres",
     why="a quarantined frame's row loses its cause")
 add("requestrows.rows_never_sent", ON_APPEND,
-    "        if self.rows is not None:\n            self.rows.send(tx)\n",
+    "        cast(RequestRows, self.rows).send(tx)\n",
     "        pass\n",
     REQUEST_ROWS_ONE, backend="postgres",
     why="the request's projection commits without its inbox rows: the frames are applied but not stored")
 add("requestrows.full_rows_not_sent", ON_APPEND,
-    "        if rows is not None and rows.full():\n",
-    "        if False:\n",
+    "        if rows.full():\n            rows.send(tx)  # between two frames",
+    "        if False:\n            rows.send(tx)  # between two frames",
     t(REQUEST_ROWS, "test_a_request_whose_rows_outgrow_one_statement_sends_them_in_several"), backend="postgres",
     why="a request's rows go out as one parameter however large (up to 1,000 frames of 1 MiB)")
+
+# == D115: a batch's rows read once, changed in memory, written set-based =======================
+# The SQL guard of each flush statement (the safety net behind the in-memory rules), dropped whole.
+# guard.sql.bridge_messages replaces bridge_message.upsert_rows_update_sees_no_guard (PostgreSQL's
+# one-statement message upsert is gone; the flush's one upsert carries the guard on both backends),
+# and these together replace batch.ensure_guard_moved (the roster ensure sent ahead is gone).
+GUARDED_IN_SQL = g("test_every_write_statement_is_guarded_in_sql")
+add("guard.sql.identities", IDENT,
+    '    f"updated_at_ms = excluded.updated_at_ms WHERE {IDENTITY_GUARD}",\n',
+    '    "updated_at_ms = excluded.updated_at_ms",\n',
+    GUARDED_IN_SQL,
+    why="the identities' flush statement overwrites a row with what it already holds (a new updated_at_ms)")
+add("guard.sql.conversations", CONVS,
+    '    f"WHERE {CONVERSATION_GUARD}",\n', '    "",\n',
+    GUARDED_IN_SQL,
+    why="the conversations' flush statement rewrites a row it already holds")
+add("guard.sql.participants", CONVS,
+    '    "WHERE (conversation_participants.role, conversation_participants.display_name, "\n'
+    '    "conversation_participants.is_active) IS DISTINCT FROM (excluded.role, excluded.display_name, "\n'
+    '    "excluded.is_active)",\n',
+    '    "",\n',
+    GUARDED_IN_SQL,
+    why="the roster's flush statement rewrites a member it already holds")
+add("guard.sql.bridge_messages", BMSG,
+    '    "WHERE (bridge_messages.sender_identity_id, bridge_messages.direction, bridge_messages.body, "\n',
+    '    "WHERE true OR (bridge_messages.sender_identity_id, bridge_messages.direction, bridge_messages.body, "\n',
+    GUARDED_IN_SQL,
+    why="the messages' flush upsert drops the write guard: a message sent as stored rewrites its row")
+add("guard.sql.reactions", REACT,
+    '    "WHERE (reactions.reactor_identity_id, reactions.reactor_is_self, reactions.emoji, reactions.state, "\n',
+    '    "WHERE true OR (reactions.reactor_identity_id, reactions.reactor_is_self, reactions.emoji, reactions.state, "\n',
+    GUARDED_IN_SQL,
+    why="the reactions' flush upsert rewrites a reaction it already holds")
+
+# The batch's own mechanisms.
+add("batch.journal_rollback_disabled", BATCH_ROWS_SRC,
+    "    def rollback(self, mark: int) -> None:\n        undo = self._undo\n",
+    "    def rollback(self, mark: int) -> None:\n        return\n        undo = self._undo\n",
+    t(BATCH, "test_a_frame_that_fails_part_way_is_taken_back_whole_and_a_later_frame_never_sees_it"),
+    why="a frame that fails part-way keeps what it changed in the batch's memory: a later frame builds on "
+        "it and the flush writes it, though the frame was quarantined")
+add("batch.flushed_before_every_frame", ON_APPEND,
+    "            if batch is not None and decoded.events and may_call_hook(batch, decoded.events):\n"
+    "                batch.flush()",
+    "            if batch is not None:\n                batch.flush()",
+    t(BATCH, "test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it"),
+    why="the batch is flushed before every frame, not only before one that may call the link hook: a row "
+        "a request's frames change is written once a frame")
+add("batch.changed_back_still_sent", IDENT,
+    "            if was is not None and was.content() == row.content():\n"
+    "                table.put(key, was)  # changed and changed back: nothing to write\n"
+    "                continue\n",
+    "",
+    t(BATCH, "test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it"),
+    why="an identity renamed and renamed back within a batch is still sent (only the SQL guard keeps it)")
+add("batch.hook_sees_unflushed_rows", PROJ_SRC,
+    "            self.batch.flush()\n            on_message(self.tx, change)\n",
+    "            on_message(self.tx, change)\n",
+    t(BATCH, "test_the_link_hook_sees_the_rows_of_its_frame_and_of_the_batchs_earlier_frames"),
+    why="the link hook is called before the frame's rows are flushed: it reads a store without the "
+        "message it is told about, or its sender")
+add("batch.unknown_key_taken_as_absent", IDENT,
+    "        if not table.known(key):\n            table.want(key)\n            read_all(self.tx, self.reads())\n"
+    "        row: Identity | None = table.get(key)\n",
+    "        if not table.known(key):\n            table.load(key, None)\n"
+    "        row: Identity | None = table.get(key)\n",
+    t(BATCH, "test_a_row_not_asked_for_ahead_is_read_when_first_used"),
+    why="an identity the batch did not ask for ahead is taken for new instead of read: a stored sender is "
+        "inserted again over its row")
+add("batch.reads_not_announced", BATCH_SRC,
+    "        for stmt, params, _ in reads:\n            tx.read_ahead(stmt, params)\n        self._reads.extend(reads)\n",
+    "        self._reads.extend(reads)\n",
+    t(BATCH, "test_a_batch_reads_every_row_it_asked_for_in_one_round_trip"),
+    backend="postgres",
+    why="the batch's reads are not announced ahead: one round trip a table family instead of one for all")
+add("drain.bridge_lock_not_taken", APPLY_SRC,
+    "                if row is not None:\n"
+    "                    # Every writer of a bridge's projection rows holds its lock (ingest/batch.py).\n"
+    "                    inbox_store.lock_bridge_appends(tx, row[0])\n",
+    "",
+    t(BATCH, "test_the_drain_takes_the_bridges_lock_before_it_reads_a_frames_rows"),
+    backend="postgres",
+    why="the drain projects a frame without the bridge's lock: an append applying on another connection "
+        "changes the rows its batch read, and one of the two writes over the other")
+add("batch_rows.probe_without_fence", BATCH_ROWS_SRC,
+    'f"WHERE {match} AND {where} OFFSET 0) t"', 'f"WHERE {match} AND {where}) t"',
+    t(BATCH, "test_a_set_read_probes_an_index_a_key_even_in_a_generic_plan"),
+    backend="postgres",
+    why="a set read without its OFFSET 0 fence is flattened into a join: a prepared statement's generic "
+        "plan scans the table whole")
+add("batch.request_projected_last_first", ON_APPEND,
+    "        decoded, rows, batch = self.decoded[index], cast(RequestRows, self.rows), self.batch\n",
+    "        decoded, rows, batch = self.decoded[-1 - index], cast(RequestRows, self.rows), self.batch\n",
+    t(APPEND, "test_a_request_is_applied_in_its_own_commit_with_each_inbox_row_written_once"),
+    t(BATCH, "test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it"),
+    why="a request decoded ahead is projected last frame first: the batch applies its frames out of "
+        "receipt order (a rename undone, each row marked with another frame's outcome)")
+add("batch.hook_frame_savepoint_dropped", ON_APPEND,
+    "    own = batch is None or (decoded.events is not None and may_call_hook(batch, decoded.events))\n",
+    "    own = batch is None\n",
+    t(BATCH, "test_a_frame_that_fails_after_the_link_hook_ran_leaves_neither_its_rows_nor_the_hooks_writes"),
+    why="a frame that may call the link hook runs without its own savepoint: when it fails after the hook "
+        "wrote (posted into a channel), the hook's writes stay while the frame is quarantined")

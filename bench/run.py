@@ -51,6 +51,11 @@ OPTIONAL_SECTIONS = ("search",)
 
 TARGETS = {
     "ingest_frames_per_s_sqlite": 5_000,
+    # issue 12: PostgreSQL ingest, one frame a request (and ÷ SQLite's in the same run), and
+    # 100 frames a request
+    "ingest_frames_per_s_pg_one": 2_500,
+    "ingest_pg_over_sqlite_one": 0.5,
+    "ingest_frames_per_s_pg_batched": 5_000,
     "commits_per_frame": 1.0,
     "steer_p99_ms": 10.0,
     "recovery_msgs_per_s": 20_000,
@@ -397,6 +402,11 @@ def checks(results: dict[str, Any]) -> dict[str, Any]:
                 found[f"ingest.{backend}.batched.unprocessed"] = ing["ours_batched"]["unprocessed"] == 0
             for key, conc in ing.get("concurrent", {}).items():
                 found[f"ingest.{backend}.concurrent_{key}.unprocessed"] = conc["unprocessed"] == 0
+            for key, drain in ing.get("drain", {}).items():
+                found[f"ingest.{backend}.drain_{key}.unprocessed"] = drain["unprocessed"] == 0
+            drains = ing.get("drain", {})
+            if len(drains) > 1:  # grouping changes transactions, never outcomes
+                found[f"ingest.{backend}.drain.same_outcomes"] = len({repr(d["outcomes"]) for d in drains.values()}) == 1
             conc = ing.get("concurrent")
             if conc:  # both runs stored the same: grouping changes commits, never rows
                 found[f"ingest.{backend}.concurrent.same_outcomes"] = (
@@ -529,14 +539,35 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{ours['client_cpu_share']:.0%} of it", digits=3)
         cores = results.get("meta", {}).get("machine", {}).get("cpus")
         _cpu_rows(add, backend, "", ours, rpf, cores)
+        if backend == "postgresql":
+            sq = results.get("ingest", {}).get("sqlite", {}).get("ours", {}).get("frames_per_s")
+            add("1 ingest", "frames/s, 1 a request (issue 12)", backend, fps, "SQLite, same run", sq,
+                f"×{_ratio(fps, sq)}" if sq else "",
+                f"≥ {T['ingest_frames_per_s_pg_one']:,}, ≥ {T['ingest_pg_over_sqlite_one']}× SQLite",
+                fps >= T["ingest_frames_per_s_pg_one"] and (sq is None or fps >= T["ingest_pg_over_sqlite_one"] * sq))
         batched = ing.get("ours_batched")
         if batched:
+            pg = backend == "postgresql"
             add("1 ingest", f"frames/s, {batched['frames_per_request']} a request", backend,
-                batched["frames_per_s"], "ours, 1 a request", fps, f"×{ing['ratios']['batched_over_ours']}")
+                batched["frames_per_s"], "ours, 1 a request", fps, f"×{ing['ratios']['batched_over_ours']}",
+                f"≥ {T['ingest_frames_per_s_pg_batched']:,}" if pg else "",
+                batched["frames_per_s"] >= T["ingest_frames_per_s_pg_batched"] if pg else None)
             if "round_trips_per_frame" in batched:
                 add("1 ingest", f"round trips/frame, {batched['frames_per_request']} a request", backend,
                     batched["round_trips_per_frame"], "statements/frame", batched["statements_per_frame"], digits=2)
             _cpu_rows(add, backend, f", {batched['frames_per_request']} a request", batched, None, cores)
+        drains = ing.get("drain")
+        if drains:
+            one = drains["1"]
+            for key, d in drains.items():
+                if key == "1":
+                    continue
+                add("1 ingest", f"frames/s, the drain of a backlog, {key} a transaction", backend,
+                    d["frames_per_s"], "the drain, 1 a transaction", one["frames_per_s"],
+                    f"×{ing['ratios']['drain_grouped_over_one']}")
+                add("1 ingest", f"round trips/frame, the drain, {key} a transaction", backend,
+                    d["round_trips_per_frame"], "the drain, 1 a transaction", one["round_trips_per_frame"],
+                    digits=2)
         conc = ing.get("concurrent")
         if conc:
             g, a = conc["grouped"], conc["alone"]

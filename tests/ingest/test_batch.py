@@ -5,16 +5,23 @@
 * a batch writes each changed row once, whatever the number of its frames that changed it,
   and a row changed and changed back not at all;
 * the link hook, which reads the store, sees the rows of its own frame and of the batch's
-  earlier frames;
+  earlier frames; a frame that may call it runs inside a savepoint of its own, so when it
+  fails after the hook ran, neither its rows flushed for the hook nor the hook's writes stay;
+* a sender already on the roster is not added again, and its conversation is not touched:
+  the flush writes the conversation's new recency alone;
 * a row the batch did not ask for ahead is read when first used: never a wrong answer;
 * every writer of a bridge's rows holds the bridge's lock, the drain included
-  (PostgreSQL), since the batch trusts what it read until it writes;
+  (PostgreSQL), since the batch trusts what it read until it writes; an outgoing message's
+  echo read goes out behind its conversation's echo lock (PostgreSQL);
+* a frame that may call the link hook sends its savepoint with its first statement and
+  leaves the release to the ``COMMIT``, which releases it anyway (PostgreSQL);
 * a set-based read probes an index a key, whatever the planner's estimates (PostgreSQL).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +40,7 @@ from tidings.store import inbox as inbox_store
 from tidings.store.engine import Tx
 
 CODEC = "test.events"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def decode(codec: str, version: int, payload: Any) -> list[Any]:
@@ -61,9 +69,9 @@ def ingest(store, faults):
 def conversation(store, bridge: str, remote: str) -> dict[str, Any] | None:
     ph = "?" if store.dialect == "sqlite" else "%s"
     with store.read() as tx:
-        row = tx.raw(f"SELECT last_message_at_ms, created_at_ms FROM conversations WHERE bridge_id = {ph} "
-                     f"AND remote_conversation_id = {ph}", (bridge, remote)).fetchone()
-    return None if row is None else {"last_message_at_ms": row[0], "created_at_ms": row[1]}
+        row = tx.raw(f"SELECT last_message_at_ms, created_at_ms, updated_at_ms FROM conversations "
+                     f"WHERE bridge_id = {ph} AND remote_conversation_id = {ph}", (bridge, remote)).fetchone()
+    return None if row is None else {"last_message_at_ms": row[0], "created_at_ms": row[1], "updated_at_ms": row[2]}
 
 
 def outcomes(store, bridge: str) -> list[str | None]:
@@ -154,6 +162,51 @@ def test_the_link_hook_sees_the_rows_of_its_frame_and_of_the_batchs_earlier_fram
     assert seen == [("Dad", "first"), ("Dad", "second")]
 
 
+def test_a_frame_that_fails_after_the_link_hook_ran_leaves_neither_its_rows_nor_the_hooks_writes(store):
+    ph = "?" if store.dialect == "sqlite" else "%s"
+    seen: list[str] = []
+
+    class Hook:
+        def acts_on(self, tx: Tx, conversation_id: str) -> bool:
+            return True
+
+        def __call__(self, tx: Tx, change: Any) -> None:  # writes to the store, as the link hook posts
+            tx.raw(f"UPDATE bridge_messages SET body = body || ' (posted)' WHERE id = {ph}", (change.message_id,))
+            seen.append(change.remote_message_id)
+
+    ingest = Ingest(store=store, decode=decode, codec_platforms={CODEC: "signal"}, on_message=Hook())
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.append_body(bridge, {"frames": [
+            # m1 is flushed for the hook, which writes; then the frame fails on m2's anonymous sender
+            frame("1", ["signal:c", "m1", "+15550100", "Bob", "taken back", 1_000],
+                  ["signal:c", "m2", "anon:👍", "", "boo", 1_001]),
+            frame("2", ["signal:c", "m3", "+15550100", "Bob", "kept", 2_000]),
+        ]}, "signal")
+    finally:
+        ingest.stop()
+    assert seen == ["m1", "m3"]
+    assert outcomes(store, bridge) == ["quarantined", "applied"]
+    with store.read() as tx:
+        bodies = [r[0] for r in tx.raw("SELECT body FROM bridge_messages ORDER BY body").fetchall()]
+    assert bodies == ["kept (posted)"]
+
+
+def test_a_known_members_message_moves_recency_but_never_touches_its_conversation(store, ingest):
+    bridge = create_bridge(store, platform="signal", name="p")["id"]
+    ingest.append_body(bridge, frame("1", ["signal:c", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
+    first = conversation(store, bridge, "signal:c")
+    store.clock.advance(60_000)
+    ingest.append_body(bridge, {"frames": [  # Bob is on the roster already: nobody joins
+        frame("2", ["signal:c", "m2", "+15550100", "Bob", "again", 2_000]),
+        frame("3", ["signal:c", "m3", "+15550100", "Bob", "and again", 3_000]),
+    ]}, "signal")
+    later = conversation(store, bridge, "signal:c")
+    assert later["last_message_at_ms"] == 3_000
+    assert later["updated_at_ms"] == first["updated_at_ms"] == first["created_at_ms"]
+    assert ingest.counters.of(bridge).snapshot()["roster_changes"] == 1
+
+
 def test_a_row_not_asked_for_ahead_is_read_when_first_used(store):
     w = World(store, "signal")
     bob = ref("+15550100", "Bob", platform="signal")
@@ -210,6 +263,62 @@ def test_the_drain_takes_the_bridges_lock_before_it_reads_a_frames_rows(store, m
     lock = next(i for i, sql in enumerate(sent) if "pg_advisory_xact_lock(hashtextextended" in sql)
     first_read = next(i for i, sql in enumerate(sent) if "FROM identities" in sql)
     assert lock < first_read
+
+
+@pytest.mark.postgres_only
+def test_an_outgoing_message_takes_its_echo_lock_before_its_echo_read(store, monkeypatch):
+    from tidings.store import pg_wire
+
+    sent: list[str] = []
+    real = pg_wire.Wire.run
+
+    def run(self: Any, batch: Any) -> None:
+        sent.extend(sql for sql, _, _ in batch)
+        real(self, batch)
+
+    payload = json.loads((FIXTURES / "signal_sync_sent_direct.json").read_text())
+    ingest = Ingest(store=store)
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        ingest.append_body(bridge, {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": "s0",
+                                    "payload": payload}, "signal")
+    finally:
+        ingest.stop()
+    assert outcomes(store, bridge) == ["applied"]
+    locks = [i for i, sql in enumerate(sent) if "pg_advisory_xact_lock(" in sql and "hashtextextended" not in sql]
+    reads = [i for i, sql in enumerate(sent) if "FROM outbox" in sql]
+    assert len(locks) == 1 and len(reads) == 1 and locks[0] < reads[0], sent
+
+
+@pytest.mark.postgres_only
+def test_a_frame_that_may_call_the_hook_leaves_its_savepoints_release_to_the_commit(store, monkeypatch):
+    from tidings.store import pg_wire
+
+    sent: list[str] = []
+    real = pg_wire.Wire.run
+
+    def run(self: Any, batch: Any) -> None:
+        sent.extend(sql for sql, _, _ in batch)
+        real(self, batch)
+
+    class Hook:
+        def acts_on(self, tx: Tx, conversation_id: str) -> bool:
+            return True
+
+        def __call__(self, tx: Tx, change: Any) -> None:  # reads the store: the savepoint goes out
+            tx.raw("SELECT body FROM bridge_messages WHERE id = %s", (change.message_id,)).fetchone()
+
+    ingest = Ingest(store=store, decode=decode, codec_platforms={CODEC: "signal"}, on_message=Hook())
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        ingest.append_body(bridge, frame("1", ["signal:a", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
+    finally:
+        ingest.stop()
+    assert outcomes(store, bridge) == ["applied"]
+    assert any(sql.startswith("SAVEPOINT ") for sql in sent), sent
+    assert not any(sql.startswith("RELEASE SAVEPOINT ") for sql in sent), sent  # the COMMIT releases it
 
 
 @pytest.mark.postgres_only
