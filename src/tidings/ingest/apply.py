@@ -318,11 +318,32 @@ class FrameApplier:
             raise Gone()
         return APPLIED, staged
 
+    def claim_group(self, tx: Tx, inbox_ids: list[str]) -> dict[str, FrameRow]:
+        """Claim a drain group's frames in ``tx`` (load them and mark them applied, one
+        statement) and take the lock of each of their bridges, sorted: inbox id -> row of
+        those still unprocessed. In a cluster the locks come first, as ``claim_frame``'s
+        (each frame's bridge read, then locked, then the frames claimed)."""
+        if self.across_nodes:
+            for bridge_id in inbox_store.unprocessed_bridges(tx, inbox_ids):
+                inbox_store.lock_bridge_appends(tx, bridge_id)
+            return cast("dict[str, FrameRow]", inbox_store.claim_many(tx, inbox_ids, self.clock.now_ms()))
+        rows = cast("dict[str, FrameRow]", inbox_store.claim_many(tx, inbox_ids, self.clock.now_ms()))
+        for bridge_id in sorted({row[0] for row in rows.values()}):
+            # Every writer of a bridge's projection rows holds its lock (ingest/batch.py, D117).
+            inbox_store.lock_bridge_appends(tx, bridge_id)
+        return rows
+
+    @property
+    def batches(self) -> bool:
+        """Whether frames are projected in batches: the real projection (a test seam reads
+        and writes on its own)."""
+        return self.project is projection.project_frame
+
     def batch(self, tx: Tx, bridge_id: str, decoded: list[Decoded]) -> Batch | None:
-        """A batch for frames of ``bridge_id`` decoded ahead (apply on append), with the
-        rows they touch asked for; the caller reads it (``Batch.read``). None when the
-        projection is a test seam, which reads and writes on its own."""
-        if self.project is not projection.project_frame:
+        """A batch for frames of ``bridge_id`` decoded ahead (apply on append, a drain
+        group), with the rows they touch asked for; the caller reads it (``Batch.read``).
+        None when the projection is a test seam."""
+        if not self.batches:
             return None
         platform = next((d.platform for d in decoded if d.platform is not None), None)
         batch = Batch(tx, bridge_id, platform or "", self.on_message)

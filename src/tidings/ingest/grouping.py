@@ -1,77 +1,135 @@
-"""Grouping (a throughput option of the drain): several ready frames in one transaction.
+"""Grouping (the drain's group size): several ready frames in one transaction, projected in
+one batch per bridge (D118).
 
-With ``group_size > 1`` several consecutive ready frames share one transaction, each inside
-its own SAVEPOINT, so a failing frame rolls back only its own work. A transient error ends
-the group: what came before it commits, the rest go through the one-frame path. A failed
-group commit replays the group one frame at a time.
+With ``group_size > 1`` the drain takes consecutive ready frames together: one statement
+claims them all (loads them and marks them applied) and takes their bridges' locks; each is
+decoded; one ``Batch`` a bridge reads the rows its frames touch, all in one round trip; the
+frames are projected in receipt order, each taken back whole from its batch when it fails
+(a frame that may call the link hook in a savepoint of its own), and a frame that fails
+deterministically is marked quarantined with its cause in the same transaction; the
+batches write their rows once, and one commit ends the group.
+
+A transient error inside a frame's savepoint ends the group there: the frames before it
+commit, the frames from it on are released (unprocessed again) and go through the
+one-frame path, that frame's group attempt counted as its first try. A transient error, or
+any database error, outside a savepoint ends the group whole: nothing of it is stored, and
+every frame goes through the one-frame path, in order. So does a group whose commit fails.
+A projection test seam (no batch) is decoded frame by frame, when reached.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import structlog
 
 from ..store import inbox as inbox_store
-from ..store.engine import Dedicated, is_transient
+from ..store.engine import Dedicated, is_database_error, is_transient
 from ..store.retry import reconnect_if_broken
-from .apply import GONE, QUARANTINED, Attempt, FrameApplier, Gone, Outcome, StagedCounters, cause_of
+from .apply import GONE, QUARANTINED, Attempt, Decoded, FrameApplier, Outcome, StagedCounters, cause_of
+from .batch import Batch
+from .projection import may_call_hook
 
 log = structlog.get_logger("tidings.ingest")
 
 #: The one-frame path: ``(inbox_id, first_try) -> outcome``.
 ProcessOne = Callable[[str, int], Outcome]
 
+_NO_SCOPE = contextlib.nullcontext()
+
+
+class _GroupLost(Exception):
+    """A frame's error that no savepoint took back: the group's transaction is lost."""
+
+    def __init__(self, inbox_id: str, att: Attempt) -> None:
+        super().__init__()
+        self.inbox_id = inbox_id
+        self.att = att
+
 
 def process_group(
-    ids: list[str], *, conn: Dedicated, applier: FrameApplier, process_one: ProcessOne
+    ids: list[str], *, conn: Dedicated, applier: FrameApplier, process_one: ProcessOne, write_behind: bool = True,
 ) -> list[tuple[str, Outcome]]:
-    """Several frames in one transaction, a SAVEPOINT each (see the module docstring)."""
+    """Several frames in one transaction, one batch a bridge (see the module docstring)."""
     if len(ids) == 1:
         return [(ids[0], process_one(ids[0], 0))]
     done: list[tuple[str, Outcome]] = []
     staged_all: list[StagedCounters] = []
     quarantined: list[tuple[str, str | None, str | None, str]] = []
-    leftover: list[str] = []
+    left: list[str] = []  # from the frame a transient error stopped at, in order
     try:
         with conn.write() as tx:
+            tx.write_behind = write_behind and tx.dialect == "postgresql"
+            rows = applier.claim_group(tx, ids)
+            atts: dict[str, Attempt] = {inbox_id: Attempt() for inbox_id in rows}
+            decoded: dict[str, Decoded] = {}
+            batches: dict[str, Batch] = {}
+            if applier.batches:
+                of_bridge: dict[str, list[Decoded]] = {}
+                for inbox_id in ids:
+                    row = rows.get(inbox_id)
+                    if row is not None:
+                        decoded[inbox_id] = applier.decode_ahead(tx, atts[inbox_id], row)
+                        of_bridge.setdefault(row[0], []).append(decoded[inbox_id])
+                for bridge_id, frames in of_bridge.items():
+                    batch = applier.batch(tx, bridge_id, frames)
+                    if batch is not None:
+                        batch.announce()  # every bridge's reads in one round trip
+                        batches[bridge_id] = batch
+                for batch in batches.values():
+                    batch.read()
             for index, inbox_id in enumerate(ids):
-                att = Attempt()
-                try:
-                    with tx.savepoint():
-                        outcome, staged = applier.apply(tx, inbox_id, att)
-                except Gone:
-                    done.append((inbox_id, GONE))
+                row = rows.get(inbox_id)
+                if row is None:
+                    done.append((inbox_id, GONE))  # finished elsewhere since it was listed
                     continue
-                except Exception as exc:  # noqa: BLE001 - classified below: transient or quarantined
+                att, frame = atts[inbox_id], decoded.get(inbox_id)
+                batch = batches.get(row[0])
+                own = batch is None or (frame is not None and frame.events is not None
+                                        and may_call_hook(batch, frame.events))
+                if own and batch is not None:
+                    batch.flush()  # the hook reads the store: earlier frames' rows first, outside this frame
+                try:
+                    with tx.savepoint() if own else tx.callbacks(), batch.frame() if batch is not None else _NO_SCOPE:
+                        outcome, staged = applier.apply(tx, inbox_id, att, row, mark=False, decoded=frame,
+                                                        batch=batch)
+                except Exception as exc:  # noqa: BLE001 - classified below: the group's, the rest's, or quarantined
+                    if not own and is_database_error(exc):
+                        raise _GroupLost(inbox_id, att) from exc
                     if is_transient(exc):
                         if att.bridge_id is not None:
                             applier.counters.of(att.bridge_id).incr("transient_retries")
-                        leftover = ids[index:]
+                        left = ids[index:]
+                        inbox_store.release_claimed(tx, [i for i in left if i in rows])
                         break
                     cause = cause_of(exc)
-                    with tx.savepoint():
-                        marked = inbox_store.mark_quarantined(tx, inbox_id, applier.clock.now_ms(), cause)
-                    if marked:
-                        quarantined.append((inbox_id, att.bridge_id, att.codec, cause))
-                        done.append((inbox_id, QUARANTINED))
-                    else:
-                        done.append((inbox_id, GONE))
+                    inbox_store.quarantine_claimed(tx, inbox_id, applier.clock.now_ms(), cause)
+                    quarantined.append((inbox_id, att.bridge_id, att.codec, cause))
+                    done.append((inbox_id, QUARANTINED))
                     continue
                 done.append((inbox_id, outcome))
                 if staged is not None:
                     staged_all.append(staged)
+            for batch in batches.values():
+                batch.flush()
     except Exception as exc:  # noqa: BLE001 - nothing of the group committed: one frame at a time
-        if not is_transient(exc):
-            log.error("ingest group failed; replaying it frame by frame", error=f"{type(exc).__name__}: {exc}")
+        error = exc.__cause__ if isinstance(exc, _GroupLost) and exc.__cause__ is not None else exc
+        first = ""  # the frame whose transient error lost the group: its try counted
+        if isinstance(exc, _GroupLost) and is_transient(error):
+            if exc.att.bridge_id is not None:
+                applier.counters.of(exc.att.bridge_id).incr("transient_retries")
+            first = exc.inbox_id
+        elif not is_transient(error):
+            log.error("ingest group failed; replaying it frame by frame", error=f"{type(error).__name__}: {error}")
         reconnect_if_broken(conn)
-        return [(inbox_id, process_one(inbox_id, 0)) for inbox_id in ids]
+        return [(inbox_id, process_one(inbox_id, 1 if inbox_id == first else 0)) for inbox_id in ids]
     for staged in staged_all:
         staged.commit()
         staged.target.incr("projected")
-    for inbox_id, bridge_id, codec, cause in quarantined:
-        applier.quarantined(inbox_id, bridge_id, codec, cause)
-    if leftover:
-        done.append((leftover[0], process_one(leftover[0], 1)))
-        done.extend((inbox_id, process_one(inbox_id, 0)) for inbox_id in leftover[1:])
+    for inbox_id, of, codec, why in quarantined:
+        applier.quarantined(inbox_id, of, codec, why)
+    if left:
+        done.append((left[0], process_one(left[0], 1)))
+        done.extend((inbox_id, process_one(inbox_id, 0)) for inbox_id in left[1:])
     return done

@@ -33,7 +33,7 @@ Where the rest lives
   ``apply.py``: the one "apply one frame" path, the cause classification and the staged
   counters (the projection's counts are added to the bridge's only once its transaction
   committed). ``on_append.py``: apply on append. ``grouping.py``: several frames per
-  transaction (``group_size > 1``). ``store/retry.py``: the transient-retry loop
+  transaction, one batch a bridge (``group_size > 1``; D118). ``store/retry.py``: the transient-retry loop
   (``attempt``) and the reconnect after an error.
 
 Counters and logs
@@ -154,9 +154,8 @@ class Worker:
             clock=self.clock, faults=self.faults, counters=self.counters, decode=decode, project=project,
             validate=validate, codec_platforms=codec_platforms, on_message=on_message,
         )
-        #: A frame drained alone sends its projection's writes behind (``Tx.later``; PostgreSQL,
-        #: D106); its rows are read in one round trip either way (D115). Groups
-        #: (``group_size > 1``) stay eager.
+        #: A drained frame, or group, sends its projection's writes behind (``Tx.later``;
+        #: PostgreSQL, D106); its rows are read in one round trip either way (D115, D118).
         self.write_behind = True
         self._conn: Dedicated | None = None
         self._cur = Attempt()  # the drain thread's current frame (counters, logs)
@@ -457,6 +456,7 @@ class Worker:
     def _run_group(
         self, ids: list[str], stats: DrainStats, on_frame: Callable[[str, str], None] | None
     ) -> None:
-        done = process_group(ids, conn=self._connection(), applier=self.applier, process_one=self._process_one)
+        done = process_group(ids, conn=self._connection(), applier=self.applier, process_one=self._process_one,
+                             write_behind=self.write_behind)
         for inbox_id, outcome in done:
             self._finish(inbox_id, outcome, stats, on_frame)

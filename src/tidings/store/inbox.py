@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .batch_rows import Read, Write, Writer
+from .batch_rows import Read, Write, Writer, rows_json
 from .engine import Tx
-from .sql import Stmt
+from .sql import PerDialect, Stmt
 
 # -- bridges -----------------------------------------------------------------------------
 BRIDGE_COLUMNS = "b.id, b.platform, b.name, b.owner_id, b.account_id, b.created_at_ms, a.handle"
@@ -106,6 +106,50 @@ OLDER_UNPROCESSED = Stmt(
 LOCK_BRIDGE_APPENDS = Stmt(
     "SELECT pg_advisory_xact_lock(hashtextextended(:bridge_id, 7466133002))",
     name="inbox.lock_bridge_appends",
+)
+# A drain group's claim (D118): every listed frame still unprocessed, loaded and marked
+# applied in one statement; a frame of the group that fails is marked quarantined after.
+CLAIM_MANY = PerDialect(
+    name="inbox.claim_many",
+    postgresql=(
+        "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
+        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) "
+        "AND processed_at_ms IS NULL "
+        "RETURNING inbox_id, bridge_id, codec, codec_version, received_at_ms, payload"
+    ),
+    sqlite=(
+        "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
+        "WHERE inbox_id IN (SELECT value FROM json_each(:keys)) AND processed_at_ms IS NULL "
+        "RETURNING inbox_id, bridge_id, codec, codec_version, received_at_ms, payload"
+    ),
+)
+UNPROCESSED_BRIDGES = PerDialect(
+    name="inbox.unprocessed_bridges",
+    postgresql=(
+        "SELECT DISTINCT bridge_id FROM inbox "
+        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) "
+        "AND processed_at_ms IS NULL ORDER BY bridge_id"
+    ),
+    sqlite=(
+        "SELECT DISTINCT bridge_id FROM inbox WHERE inbox_id IN (SELECT value FROM json_each(:keys)) "
+        "AND processed_at_ms IS NULL ORDER BY bridge_id"
+    ),
+)
+RELEASE_CLAIMED = PerDialect(
+    name="inbox.release_claimed",
+    postgresql=(
+        "UPDATE inbox SET processed_at_ms = NULL, outcome = NULL "
+        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) AND outcome = 'applied'"
+    ),
+    sqlite=(
+        "UPDATE inbox SET processed_at_ms = NULL, outcome = NULL "
+        "WHERE inbox_id IN (SELECT value FROM json_each(:keys)) AND outcome = 'applied'"
+    ),
+)
+QUARANTINE_CLAIMED = Stmt(
+    "UPDATE inbox SET processed_at_ms = :now, outcome = 'quarantined', cause = :cause "
+    "WHERE inbox_id = :inbox_id AND outcome = 'applied'",
+    name="inbox.quarantine_claimed",
 )
 MARK_APPLIED = Stmt(
     "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
@@ -245,6 +289,28 @@ def claim_unprocessed(tx: Tx, inbox_id: str, now: int) -> tuple[Any, ...] | None
     """Mark an unprocessed frame applied and return what ``load_unprocessed`` returns; None
     when it is processed already. Only inside the transaction that applies the frame."""
     return tx.one(CLAIM_UNPROCESSED, {"inbox_id": inbox_id, "now": now})
+
+
+def claim_many(tx: Tx, inbox_ids: list[str], now: int) -> dict[str, tuple[Any, ...]]:
+    """``claim_unprocessed`` for several frames in one statement: inbox id ->
+    (bridge_id, codec, codec_version, received_at_ms, payload) of those still unprocessed."""
+    rows = tx.all(CLAIM_MANY, {"keys": rows_json(inbox_ids), "now": now})
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def unprocessed_bridges(tx: Tx, inbox_ids: list[str]) -> list[str]:
+    """The bridges of those of ``inbox_ids`` still unprocessed, sorted."""
+    return [r[0] for r in tx.all(UNPROCESSED_BRIDGES, {"keys": rows_json(inbox_ids)})]
+
+
+def release_claimed(tx: Tx, inbox_ids: list[str]) -> None:
+    """Frames this transaction claimed and will not apply: unprocessed again at its commit."""
+    tx.execute(RELEASE_CLAIMED, {"keys": rows_json(inbox_ids)})
+
+
+def quarantine_claimed(tx: Tx, inbox_id: str, now: int, cause: str) -> bool:
+    """A frame this transaction claimed (marked applied) failed: mark it quarantined instead."""
+    return tx.rowcount(QUARANTINE_CLAIMED, {"inbox_id": inbox_id, "now": now, "cause": cause}) == 1
 
 
 def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> list[str]:
