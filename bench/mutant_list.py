@@ -846,11 +846,35 @@ add("batch.pg_savepoint_rollback_dropped", ENGINE,
     why="a failed frame's savepoint (sent with its first statement) is never rolled back: the batch's "
         "transaction stays aborted and every later frame of it is lost")
 add("batch.group_savepoint_dropped", "src/tidings/ingest/grouping.py",
-    "                    with tx.savepoint():\n                        outcome, staged = applier.apply(tx, inbox_id, att)",
-    "                    if True:\n                        outcome, staged = applier.apply(tx, inbox_id, att)",
+    "                    with tx.savepoint() if own else tx.callbacks(), batch.frame()",
+    "                    with tx.callbacks(), batch.frame()",
     t(WORKER, "test_a_failed_frame_leaves_its_claim_rolled_back_and_is_quarantined_once"),
     k="group8",
     why="a grouped drain applies a frame without its own savepoint: a failed frame's rows and claim stay")
+DRAIN_GROUP = "tests/ingest/test_drain_group.py"
+add("group.rest_not_released", "src/tidings/ingest/grouping.py",
+    "                        inbox_store.release_claimed(tx, [i for i in left if i in rows])\n",
+    "",
+    t(DRAIN_GROUP, "test_a_transient_error_in_a_frames_savepoint_ends_the_group_there"),
+    backend="both",
+    why="a transient error in a group leaves the frames after it claimed: they are marked applied, never projected (D118)")
+add("group.final_flush_dropped", "src/tidings/ingest/grouping.py",
+    "            for batch in batches.values():\n                batch.flush()\n    except",
+    "    except",
+    t(DRAIN_GROUP, "test_a_group_of_two_bridges_commits_once_with_its_quarantined_frame"),
+    why="a drain group commits its frames as applied without writing their batch's rows (D118)")
+add("group.lost_group_not_replayed", "src/tidings/ingest/grouping.py",
+    "        return [(inbox_id, process_one(inbox_id, 1 if inbox_id == first else 0)) for inbox_id in ids]",
+    "        return [(inbox_id, process_one(inbox_id, 1 if inbox_id == first else 0)) for inbox_id in ids[1:]]",
+    t(DRAIN_GROUP, "test_a_transient_error_outside_any_savepoint_runs_every_frame_of_the_group_alone"),
+    why="a group lost to a transient error replays all but its first frame, which waits for the next drain (D118)")
+add("group.one_lock_for_all", "src/tidings/ingest/apply.py",
+    "        for bridge_id in sorted({row[0] for row in rows.values()}):\n",
+    "        for bridge_id in sorted({row[0] for row in rows.values()})[:1]:\n",
+    t(DRAIN_GROUP, "test_a_group_locks_each_of_its_bridges_before_it_reads_their_rows"),
+    backend="postgres",
+    why="a drain group locks only its first bridge: another bridge's rows are written without "
+        "its lock (D117/D118)")
 add("batch.claim_guard_moved", INBOX_SRC,
     "    \"WHERE inbox_id = :inbox_id AND processed_at_ms IS NULL \"\n    \"RETURNING bridge_id",
     "    \"WHERE inbox_id = :inbox_id \"\n    \"RETURNING bridge_id",

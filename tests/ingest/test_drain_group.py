@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import pytest
 from test_batch import CODEC, conversation, decode, frame, outcomes
 
 from tidings.bridges.registry import create_bridge
@@ -139,3 +140,30 @@ def test_a_transient_error_outside_any_savepoint_runs_every_frame_of_the_group_a
     assert bodies(store) == ["b1", "b2", "b3", "b4"]
     assert conversation(store, bridge, "signal:a")["last_message_at_ms"] == 1_004
     assert outcomes(store, bridge) == ["applied"] * 4
+
+
+@pytest.mark.postgres_only
+def test_a_group_locks_each_of_its_bridges_before_it_reads_their_rows(store, monkeypatch):
+    from tidings.store import pg_wire
+
+    sent: list[str] = []
+    real = pg_wire.Wire.run
+
+    def run(self: Any, batch: Any) -> None:
+        sent.extend(sql for sql, _, _ in batch)
+        real(self, batch)
+
+    ingest = drained(store)
+    try:
+        p = create_bridge(store, platform="signal", name="p")["id"]
+        q = create_bridge(store, platform="signal", name="q")["id"]
+        ingest.append_body(p, frame("1", ["signal:a", "m1", "+15550100", "Bob", "p1", 1_000]), "signal")
+        ingest.append_body(q, frame("1", ["signal:a", "m1", "+15550111", "Ann", "q1", 1_001]), "signal")
+        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        stats = ingest.worker.drain_if_due()
+    finally:
+        ingest.stop()
+    assert stats is not None and stats.applied == 2
+    first_read = next(i for i, sql in enumerate(sent) if "FROM identities" in sql)
+    locks = [i for i, sql in enumerate(sent) if "pg_advisory_xact_lock(hashtextextended" in sql]
+    assert len(locks) == 2 and max(locks) < first_read
