@@ -60,7 +60,12 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
     assert ingest["raw"]["rows_inserted"] > 0
     assert ingest["ours_batched"]["commits"] < ingest["ours"]["commits"]  # one commit a request, not a frame
     assert set(ingest["ratios"]) == {"ours_over_naive", "ours_over_raw", "ours_over_raw_per_frame",
-                                     "batched_over_ours", "grouped_over_alone", "commits_per_frame_naive_over_ours"}
+                                     "batched_over_ours", "grouped_over_alone", "drain_grouped_over_one",
+                                     "commits_per_frame_naive_over_ours"}
+    # The drain of a backlog, one frame a transaction and a group of them: nothing left behind.
+    assert set(ingest["drain"]) == {"1", "100"}
+    for drain in ingest["drain"].values():
+        assert drain["unprocessed"] == 0 and _number(drain["frames_per_s"])
     # The floor (a statement, a commit) and the one-commit-a-frame raw run, measured in the same run.
     assert _number(ingest["floor"]["round_trip_us"]) and _number(ingest["floor"]["commit_us"])
     assert ingest["raw_per_frame"]["commits"] >= 1 and ingest["raw_per_frame"]["rows_inserted"] > 0
