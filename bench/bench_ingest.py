@@ -36,12 +36,14 @@ from benchlib import (
     raw_connect,
     table_counts,
 )
+from tidings.ingest import grouping
 from tidings.store.search import INDEX_COLUMNS
 
 # A batching bridge's request size for the "frames a request" run (the HTTP edge takes up to 1,000).
 BATCH = 100
-# The drain's group (frames a transaction) beside one a transaction, for the backlog run.
-DRAIN_GROUP = 100
+# The drain's default group (frames a transaction, D119) beside one a transaction, for the
+# backlog run.
+DRAIN_GROUP = grouping.DRAIN_GROUP
 
 # Content columns compared between ours and the naive run: everything a reader can see,
 # minus the bookkeeping times (created/updated) and the few columns the naive statements

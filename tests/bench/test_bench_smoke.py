@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tidings.ingest.grouping import DRAIN_GROUP
+
 pytestmark = pytest.mark.slow
 
 RUN_PY = Path(__file__).resolve().parents[2] / "bench" / "run.py"
@@ -63,7 +65,7 @@ def test_bench_smoke_writes_every_figure_and_leaves_nothing_unprocessed(backend,
                                      "batched_over_ours", "grouped_over_alone", "drain_grouped_over_one",
                                      "commits_per_frame_naive_over_ours"}
     # The drain of a backlog, one frame a transaction and a group of them: nothing left behind.
-    assert set(ingest["drain"]) == {"1", "100"}
+    assert set(ingest["drain"]) == {"1", str(DRAIN_GROUP)}
     for drain in ingest["drain"].values():
         assert drain["unprocessed"] == 0 and _number(drain["frames_per_s"])
     # The floor (a statement, a commit) and the one-commit-a-frame raw run, measured in the same run.

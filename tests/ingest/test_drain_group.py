@@ -167,3 +167,26 @@ def test_a_group_locks_each_of_its_bridges_before_it_reads_their_rows(store, mon
     first_read = next(i for i, sql in enumerate(sent) if "FROM identities" in sql)
     locks = [i for i, sql in enumerate(sent) if "pg_advisory_xact_lock(hashtextextended" in sql]
     assert len(locks) == 2 and max(locks) < first_read
+
+
+def test_a_backlog_drains_in_groups_by_default_and_the_setting_changes_it(store, monkeypatch):
+    from tidings.ingest.grouping import DRAIN_GROUP
+
+    monkeypatch.delenv("TIDINGS_INGEST_GROUP", raising=False)
+    commits = {}
+    for setting in ("", "1"):
+        if setting:
+            monkeypatch.setenv("TIDINGS_INGEST_GROUP", setting)
+        ingest = Ingest(store=store, apply_on_append=False, decode=decode, codec_platforms={CODEC: "signal"})
+        try:
+            bridge = create_bridge(store, platform="signal", name=f"p{setting}")["id"]
+            ingest.append_body(bridge, {"frames": [
+                frame(str(n), ["signal:a", f"m{n}", "+15550100", "Bob", "hi", 1_000 + n])
+                for n in range(DRAIN_GROUP + 8)]}, "signal")
+            before = store.meter.snapshot()["commits"]
+            stats = ingest.worker.drain_if_due()
+            commits[setting] = store.meter.snapshot()["commits"] - before
+        finally:
+            ingest.stop()
+        assert stats is not None and stats.applied == DRAIN_GROUP + 8
+    assert commits == {"": 2, "1": DRAIN_GROUP + 8}  # a group of DRAIN_GROUP, then the 8 left

@@ -6,8 +6,8 @@
     {"per_bridge": {bridge_id: counters}, "backlog": n_unprocessed, "deferred_now": n}
 
 Tests may build ``Ingest(store=..., decode=..., project=..., sleep=...)`` without a
-runtime. ``TIDINGS_INGEST_GROUP=N`` sets the worker's group size (frames per
-transaction, default 1; see ``worker.py``).
+runtime. ``TIDINGS_INGEST_GROUP=N`` sets the drain's group size (frames per
+transaction, default ``grouping.DRAIN_GROUP``; 1: a frame a transaction; D119).
 
 Group commit (off by default): with ``TIDINGS_INGEST_GROUP_COMMIT=N`` (N > 1), appends
 that arrive while another append's transaction runs share the next transaction and its
@@ -55,6 +55,7 @@ from ..store.engine import Dedicated, Store, Tx, WriteBehindFailed
 from .counters import BridgeCounters
 from .decoders import DECODERS
 from .group_commit import GroupCommit
+from .grouping import DRAIN_GROUP
 from .inbox import MAX_FRAME_BYTES, AppendResult, Frame, append_frames, frames_of_body, parse_frame
 from .worker import DrainStats, Worker
 
@@ -73,7 +74,7 @@ class _ApplyBroke(Exception):
 def _group_from_env() -> int:
     raw = os.environ.get("TIDINGS_INGEST_GROUP", "").strip()
     if not raw:
-        return 1
+        return DRAIN_GROUP
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"TIDINGS_INGEST_GROUP must be a positive integer, got {raw!r}")
     return int(raw)
