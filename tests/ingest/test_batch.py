@@ -81,6 +81,22 @@ def outcomes(store, bridge: str) -> list[str | None]:
                                      (bridge,)).fetchall()]
 
 
+class wire_log(list):  # noqa: N801 - used as a plain list of SQL texts
+    """The SQL texts sent on the PostgreSQL wire, in order, once ``start`` is called."""
+
+    def start(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from tidings.store import pg_wire
+
+        real = pg_wire.Wire.run
+        log = self
+
+        def run(wire: Any, batch: Any) -> None:
+            log.extend(sql for sql, _, _ in batch)
+            real(wire, batch)
+
+        monkeypatch.setattr(pg_wire.Wire, "run", run)
+
+
 def test_a_frame_that_fails_part_way_is_taken_back_whole_and_a_later_frame_never_sees_it(store, ingest):
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     bob = ["+15550100", "Bob"]
@@ -242,20 +258,12 @@ def test_a_batch_reads_every_row_it_asked_for_in_one_round_trip(store):
 
 @pytest.mark.postgres_only
 def test_the_drain_takes_the_bridges_lock_before_it_reads_a_frames_rows(store, monkeypatch):
-    from tidings.store import pg_wire
-
-    sent: list[str] = []
-    real = pg_wire.Wire.run
-
-    def run(self: Any, batch: Any) -> None:
-        sent.extend(sql for sql, _, _ in batch)
-        real(self, batch)
-
+    sent = wire_log()
     ingest = Ingest(store=store, apply_on_append=False, decode=decode, codec_platforms={CODEC: "signal"})
     try:
         bridge = create_bridge(store, platform="signal", name="p")["id"]
         ingest.append_body(bridge, frame("1", ["signal:a", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
-        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        sent.start(monkeypatch)
         ingest.worker.drain_if_due()
     finally:
         ingest.stop()
@@ -267,20 +275,12 @@ def test_the_drain_takes_the_bridges_lock_before_it_reads_a_frames_rows(store, m
 
 @pytest.mark.postgres_only
 def test_an_outgoing_message_takes_its_echo_lock_before_its_echo_read(store, monkeypatch):
-    from tidings.store import pg_wire
-
-    sent: list[str] = []
-    real = pg_wire.Wire.run
-
-    def run(self: Any, batch: Any) -> None:
-        sent.extend(sql for sql, _, _ in batch)
-        real(self, batch)
-
+    sent = wire_log()
     payload = json.loads((FIXTURES / "signal_sync_sent_direct.json").read_text())
     ingest = Ingest(store=store)
     try:
         bridge = create_bridge(store, platform="signal", name="p")["id"]
-        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        sent.start(monkeypatch)
         ingest.append_body(bridge, {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": "s0",
                                     "payload": payload}, "signal")
     finally:
@@ -293,15 +293,7 @@ def test_an_outgoing_message_takes_its_echo_lock_before_its_echo_read(store, mon
 
 @pytest.mark.postgres_only
 def test_a_frame_that_may_call_the_hook_leaves_its_savepoints_release_to_the_commit(store, monkeypatch):
-    from tidings.store import pg_wire
-
-    sent: list[str] = []
-    real = pg_wire.Wire.run
-
-    def run(self: Any, batch: Any) -> None:
-        sent.extend(sql for sql, _, _ in batch)
-        real(self, batch)
-
+    sent = wire_log()
     class Hook:
         def acts_on(self, tx: Tx, conversation_id: str) -> bool:
             return True
@@ -312,7 +304,7 @@ def test_a_frame_that_may_call_the_hook_leaves_its_savepoints_release_to_the_com
     ingest = Ingest(store=store, decode=decode, codec_platforms={CODEC: "signal"}, on_message=Hook())
     try:
         bridge = create_bridge(store, platform="signal", name="p")["id"]
-        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        sent.start(monkeypatch)
         ingest.append_body(bridge, frame("1", ["signal:a", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
     finally:
         ingest.stop()

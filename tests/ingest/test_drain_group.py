@@ -16,7 +16,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from test_batch import CODEC, conversation, decode, frame, outcomes
+from test_batch import CODEC, conversation, decode, frame, outcomes, wire_log
 
 from tidings.bridges.registry import create_bridge
 from tidings.ingest.batch import Batch
@@ -43,6 +43,20 @@ def bodies(store) -> list[str]:
         return [r[0] for r in tx.raw("SELECT body FROM bridge_messages ORDER BY body").fetchall()]
 
 
+def drain(store, ingest: Ingest) -> tuple[Any, int]:
+    """One drain of the worker: its stats and the commits it made."""
+    before = store.meter.snapshot()["commits"]
+    stats = ingest.worker.drain_if_due()
+    return stats, store.meter.snapshot()["commits"] - before
+
+
+def append_each(ingest: Ingest, bridge: str, conversation_id: str, count: int) -> None:
+    """``count`` frames of Bob's, one a request: ``m<n>`` with the body ``b<n>``, n from 1."""
+    for n in range(1, count + 1):
+        ingest.append_body(bridge, frame(str(n), [conversation_id, f"m{n}", "+15550100", "Bob", f"b{n}", 1_000 + n]),
+                           "signal")
+
+
 def test_a_group_of_two_bridges_commits_once_with_its_quarantined_frame(store):
     ingest = drained(store)
     try:
@@ -53,9 +67,7 @@ def test_a_group_of_two_bridges_commits_once_with_its_quarantined_frame(store):
         ingest.append_body(p, frame("2", ["signal:a", "m2", "anon:👍", "", "boo", 1_002]), "signal")
         ingest.append_body(q, frame("2", ["signal:b", "m2", "+15550100", "Bob", "q2", 1_003]), "signal")
         ingest.append_body(p, frame("3", ["signal:a", "m3", "+15550100", "Bob", "p3", 1_004]), "signal")
-        before = store.meter.snapshot()["commits"]
-        stats = ingest.worker.drain_if_due()
-        commits = store.meter.snapshot()["commits"] - before
+        stats, commits = drain(store, ingest)
     finally:
         ingest.stop()
     assert stats is not None and (stats.applied, stats.quarantined) == (4, 1)
@@ -95,12 +107,8 @@ def test_a_transient_error_in_a_frames_savepoint_ends_the_group_there(store):
     ingest = drained(store, on_message=hook)
     try:
         bridge = create_bridge(store, platform="signal", name="p")["id"]
-        for n in range(1, 6):
-            ingest.append_body(bridge, frame(str(n), ["signal:h", f"m{n}", "+15550100", "Bob", f"b{n}", 1_000 + n]),
-                               "signal")
-        before = store.meter.snapshot()["commits"]
-        stats = ingest.worker.drain_if_due()
-        commits = store.meter.snapshot()["commits"] - before
+        append_each(ingest, bridge, "signal:h", 5)
+        stats, commits = drain(store, ingest)
     finally:
         ingest.stop()
     assert stats is not None and stats.applied == 5
@@ -126,12 +134,8 @@ def test_a_transient_error_outside_any_savepoint_runs_every_frame_of_the_group_a
     ingest = drained(store)
     try:
         bridge = create_bridge(store, platform="signal", name="p")["id"]
-        for n in range(1, 5):
-            ingest.append_body(bridge, frame(str(n), ["signal:a", f"m{n}", "+15550100", "Bob", f"b{n}", 1_000 + n]),
-                               "signal")
-        before = store.meter.snapshot()["commits"]
-        stats = ingest.worker.drain_if_due()
-        commits = store.meter.snapshot()["commits"] - before
+        append_each(ingest, bridge, "signal:a", 4)
+        stats, commits = drain(store, ingest)
     finally:
         ingest.stop()
     assert failed == [1]
@@ -144,22 +148,14 @@ def test_a_transient_error_outside_any_savepoint_runs_every_frame_of_the_group_a
 
 @pytest.mark.postgres_only
 def test_a_group_locks_each_of_its_bridges_before_it_reads_their_rows(store, monkeypatch):
-    from tidings.store import pg_wire
-
-    sent: list[str] = []
-    real = pg_wire.Wire.run
-
-    def run(self: Any, batch: Any) -> None:
-        sent.extend(sql for sql, _, _ in batch)
-        real(self, batch)
-
+    sent = wire_log()
     ingest = drained(store)
     try:
         p = create_bridge(store, platform="signal", name="p")["id"]
         q = create_bridge(store, platform="signal", name="q")["id"]
         ingest.append_body(p, frame("1", ["signal:a", "m1", "+15550100", "Bob", "p1", 1_000]), "signal")
         ingest.append_body(q, frame("1", ["signal:a", "m1", "+15550111", "Ann", "q1", 1_001]), "signal")
-        monkeypatch.setattr(pg_wire.Wire, "run", run)
+        sent.start(monkeypatch)
         stats = ingest.worker.drain_if_due()
     finally:
         ingest.stop()
