@@ -332,8 +332,8 @@ add("skip.conversation_ignores_revision", PROJ_SRC,
     t(PROJ, "test_conversation_refresh_column_by_column"),
     why="the reference's mutant: a revision-only change is never stored")
 add("order.mutations_before_messages", PROJ_SRC,
-    "        if msgs:\n            frame.messages(msgs)\n        for ev in muts:\n            frame.mutation(ev)\n",
-    "        for ev in muts:\n            frame.mutation(ev)\n        if msgs:\n            frame.messages(msgs)\n",
+    "    if msgs:\n        frame.messages(msgs)\n    for ev in muts:\n        frame.mutation(ev)\n",
+    "    for ev in muts:\n        frame.mutation(ev)\n    if msgs:\n        frame.messages(msgs)\n",
     t(PROJ, "test_events_apply_in_kind_order_whatever_the_decoded_order"),
     why="an edit decoded before its message in one frame is orphaned")
 add("projection.counts_before_commit", PROJ_SRC,
@@ -845,9 +845,9 @@ add("batch.pg_savepoint_rollback_dropped", ENGINE,
     backend="postgres",
     why="a failed frame's savepoint (sent with its first statement) is never rolled back: the batch's "
         "transaction stays aborted and every later frame of it is lost")
-add("batch.group_savepoint_dropped", "src/tidings/ingest/grouping.py",
-    "                    with tx.savepoint() if own else tx.callbacks(), batch.frame()",
-    "                    with tx.callbacks(), batch.frame()",
+add("batch.group_savepoint_dropped", "src/tidings/ingest/apply.py",
+    "    if batch is None:\n        return tx.savepoint(), True\n",
+    "    if batch is None:\n        return contextlib.nullcontext(), True\n",
     t(WORKER, "test_a_failed_frame_leaves_its_claim_rolled_back_and_is_quarantined_once"),
     k="group8",
     why="a grouped drain applies a frame without its own savepoint: a failed frame's rows and claim stay")
@@ -1301,13 +1301,19 @@ add("batch.journal_rollback_disabled", BATCH_ROWS_SRC,
     t(BATCH, "test_a_frame_that_fails_part_way_is_taken_back_whole_and_a_later_frame_never_sees_it"),
     why="a frame that fails part-way keeps what it changed in the batch's memory: a later frame builds on "
         "it and the flush writes it, though the frame was quarantined")
-add("batch.flushed_before_every_frame", ON_APPEND,
-    "            if batch is not None and decoded.events and may_call_hook(batch, decoded.events):\n"
-    "                batch.flush()",
-    "            if batch is not None:\n                batch.flush()",
+add("batch.flushed_before_every_frame", "src/tidings/ingest/apply.py",
+    "    if own:\n        batch.flush()\n",
+    "    batch.flush()\n",
     t(BATCH, "test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it"),
     why="the batch is flushed before every frame, not only before one that may call the link hook: a row "
         "a request's frames change is written once a frame")
+add("batch.no_flush_before_a_hook_frame", "src/tidings/ingest/apply.py",
+    "    if own:\n        batch.flush()\n",
+    "",
+    t(BATCH, "test_a_frame_that_may_call_the_hook_never_takes_an_earlier_frames_rows_down_with_it"),
+    backend="both",
+    why="a frame that may call the link hook starts its savepoint with earlier frames' rows unflushed: the hook's "
+        "flush writes them inside it, and when the frame fails they go down with its savepoint")
 add("batch.changed_back_still_sent", IDENT,
     "            if was is not None and was.content() == row.content():\n"
     "                table.put(key, was)  # changed and changed back: nothing to write\n"
@@ -1357,9 +1363,9 @@ add("batch.request_projected_last_first", ON_APPEND,
     t(BATCH, "test_a_batch_writes_a_row_once_whatever_the_number_of_its_frames_that_changed_it"),
     why="a request decoded ahead is projected last frame first: the batch applies its frames out of "
         "receipt order (a rename undone, each row marked with another frame's outcome)")
-add("batch.hook_frame_savepoint_dropped", ON_APPEND,
-    "    own = batch is None or (decoded.events is not None and may_call_hook(batch, decoded.events))\n",
-    "    own = batch is None\n",
+add("batch.hook_frame_savepoint_dropped", "src/tidings/ingest/apply.py",
+    "    own = decoded is not None and decoded.events is not None and projection.may_call_hook(batch, decoded.events)\n",
+    "    own = False\n",
     t(BATCH, "test_a_frame_that_fails_after_the_link_hook_ran_leaves_neither_its_rows_nor_the_hooks_writes"),
     why="a frame that may call the link hook runs without its own savepoint: when it fails after the hook "
         "wrote (posted into a channel), the hook's writes stay while the frame is quarantined")

@@ -208,6 +208,34 @@ def test_a_frame_that_fails_after_the_link_hook_ran_leaves_neither_its_rows_nor_
     assert bodies == ["kept (posted)"]
 
 
+def test_a_frame_that_may_call_the_hook_never_takes_an_earlier_frames_rows_down_with_it(store):
+    ph = "?" if store.dialect == "sqlite" else "%s"
+
+    class Hook:  # acts on conversation h only: a frame of another conversation has no savepoint
+        def acts_on(self, tx: Tx, conversation_id: str) -> bool:
+            return conversation_id == conversation_id_for(bridge, "signal:h")
+
+        def __call__(self, tx: Tx, change: Any) -> None:
+            tx.raw(f"SELECT body FROM bridge_messages WHERE id = {ph}", (change.message_id,)).fetchone()
+
+    ingest = Ingest(store=store, decode=decode, codec_platforms={CODEC: "signal"}, on_message=Hook())
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        ingest.append_body(bridge, {"frames": [
+            frame("1", ["signal:a", "m1", "+15550100", "Bob", "kept", 1_000]),
+            # the hook runs for m2, then the frame fails on m3's anonymous sender: its savepoint
+            # is rolled back, and frame 1's rows must not have been written inside it
+            frame("2", ["signal:h", "m2", "+15550100", "Bob", "taken back", 2_000],
+                  ["signal:h", "m3", "anon:👍", "", "boo", 2_001]),
+        ]}, "signal")
+    finally:
+        ingest.stop()
+    assert outcomes(store, bridge) == ["applied", "quarantined"]
+    with store.read() as tx:
+        bodies = [r[0] for r in tx.raw("SELECT body FROM bridge_messages ORDER BY body").fetchall()]
+    assert bodies == ["kept"]
+    assert conversation(store, bridge, "signal:a")["last_message_at_ms"] == 1_000
+
 def test_a_known_members_message_moves_recency_but_never_touches_its_conversation(store, ingest):
     bridge = create_bridge(store, platform="signal", name="p")["id"]
     ingest.append_body(bridge, frame("1", ["signal:c", "m1", "+15550100", "Bob", "hi", 1_000]), "signal")
@@ -238,6 +266,19 @@ def test_a_row_not_asked_for_ahead_is_read_when_first_used(store):
     assert counts == {"messages_written": 1, "conversations_written": 1, "imported": 1}
     assert w.message("signal:c", "m2")["body"] == "hello"
 
+
+def test_a_row_read_inside_a_frame_that_fails_stays_known_with_its_id(store):
+    w = World(store, "signal")
+    w.frame([msg("signal:c", "m1", ref("+15550100", "Bob", platform="signal"), at=1_000)])
+    cid = conversation_id_for(w.bridge_id, "signal:c")
+    with store.write() as tx:
+        batch = Batch(tx, w.bridge_id, "signal")
+        with pytest.raises(RuntimeError), batch.frame():
+            assert batch.conversations.get("signal:c") is not None  # read here, not asked for ahead
+            raise RuntimeError("the frame fails")
+        # a read is a fact about the store, not a change of the frame: it is not taken back
+        assert batch.conversations.exists(cid)
+        assert batch.conversations.touch(cid, w.now + 60_000) == 1
 
 def test_a_batch_reads_every_row_it_asked_for_in_one_round_trip(store):
     w = World(store, "signal")

@@ -12,8 +12,10 @@ transaction committed, so the counters never report rolled-back work.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any, NamedTuple, cast
 
@@ -74,6 +76,29 @@ class Decoded(NamedTuple):
     events: list[Any] | None
     platform: str | None
     error: Exception | None
+
+
+@contextlib.contextmanager
+def _batched_frame(tx: Tx, batch: Batch, own: bool) -> Iterator[None]:
+    with tx.savepoint() if own else tx.callbacks(), batch.frame():
+        yield
+
+
+def frame_scope(tx: Tx, batch: Batch | None, decoded: Decoded | None) -> tuple[AbstractContextManager[Any], bool]:
+    """The unit one frame of a batch is applied in, and whether it is a savepoint of its own.
+
+    A frame that may call the link hook (which reads and writes the store) gets a
+    savepoint, once the rows of the batch's earlier frames are flushed; any other frame
+    sends no statement of its own, and a failure is taken back by the batch's journal and
+    ``Tx.callbacks`` (its counters). Without a batch (a projection test seam): a savepoint.
+    A database error inside a unit that is not a savepoint leaves ``tx`` lost: the caller
+    must not go on with it."""
+    if batch is None:
+        return tx.savepoint(), True
+    own = decoded is not None and decoded.events is not None and projection.may_call_hook(batch, decoded.events)
+    if own:
+        batch.flush()
+    return _batched_frame(tx, batch, own), own
 
 
 class FrameRejected(Exception):

@@ -19,7 +19,6 @@ A projection test seam (no batch) is decoded frame by frame, when reached.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -27,9 +26,8 @@ import structlog
 from ..store import inbox as inbox_store
 from ..store.engine import Dedicated, is_database_error, is_transient
 from ..store.retry import reconnect_if_broken
-from .apply import GONE, QUARANTINED, Attempt, Decoded, FrameApplier, Outcome, StagedCounters, cause_of
+from .apply import GONE, QUARANTINED, Attempt, Decoded, FrameApplier, Outcome, StagedCounters, cause_of, frame_scope
 from .batch import Batch
-from .projection import may_call_hook
 
 log = structlog.get_logger("tidings.ingest")
 
@@ -41,8 +39,6 @@ DRAIN_GROUP = 32
 
 #: The one-frame path: ``(inbox_id, first_try) -> outcome``.
 ProcessOne = Callable[[str, int], Outcome]
-
-_NO_SCOPE = contextlib.nullcontext()
 
 
 class _GroupLost(Exception):
@@ -92,12 +88,9 @@ def process_group(
                     continue
                 att, frame = atts[inbox_id], decoded.get(inbox_id)
                 batch = batches.get(row[0])
-                own = batch is None or (frame is not None and frame.events is not None
-                                        and may_call_hook(batch, frame.events))
-                if own and batch is not None:
-                    batch.flush()  # the hook reads the store: earlier frames' rows first, outside this frame
+                scope, own = frame_scope(tx, batch, frame)
                 try:
-                    with tx.savepoint() if own else tx.callbacks(), batch.frame() if batch is not None else _NO_SCOPE:
+                    with scope:
                         outcome, staged = applier.apply(tx, inbox_id, att, row, mark=False, decoded=frame,
                                                         batch=batch)
                 except Exception as exc:  # noqa: BLE001 - classified below: the group's, the rest's, or quarantined

@@ -32,7 +32,6 @@ out held up is stored unprocessed (``HELD``, D82), and so is the rest of the req
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -52,10 +51,10 @@ from .apply import (
     FrameApplier,
     Outcome,
     cause_of,
+    frame_scope,
 )
 from .backoff import RetrySchedule
 from .batch import Batch
-from .projection import may_call_hook
 
 log = structlog.get_logger("tidings.ingest")
 
@@ -187,9 +186,9 @@ def insert_applied(
         batch.read()  # (answered by the round trip that just ran)
     if duplicate:
         return DUPLICATE
-    own = batch is None or (decoded.events is not None and may_call_hook(batch, decoded.events))
+    scope, own = frame_scope(tx, batch, decoded)
     try:
-        with tx.savepoint() if own else tx.callbacks(), batch.frame() if batch is not None else _NO_SCOPE:
+        with scope:
             try:
                 if held_up is not None and held_up():
                     raise _HeldUp()
@@ -239,9 +238,6 @@ def insert_applied(
 
     tx.after_commit(applied)
     return APPLIED
-
-
-_NO_SCOPE = contextlib.nullcontext()
 
 
 class AppendApplier:
@@ -321,8 +317,6 @@ class AppendApplier:
         if self.applying is None:
             self.applying = not held_up(tx, self.retries, applier.clock, bridge_id, received_at_ms, inbox_id)
         if self.applying:
-            if batch is not None and decoded.events and may_call_hook(batch, decoded.events):
-                batch.flush()  # the hook reads the store: earlier frames' rows first, outside this frame
             outcome = insert_applied(applier, tx, inbox_id, bridge_id, frame, received_at_ms, rows, decoded, batch)
             if outcome == DUPLICATE:
                 return False

@@ -197,9 +197,11 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
     """Apply one frame's events in ``tx``; True when any row changed.
 
     With ``ctx.batch`` (a ``Batch`` whose ``read`` covered these events, ``want_rows``) the
-    rules run against the batch's rows and the batch's owner flushes them; a failure takes
-    the frame's changes back whole. Without one, the frame is a batch of its own: read,
-    projected and flushed here (behind the ``COMMIT`` when ``tx`` writes behind)."""
+    rules run against the batch's rows and the batch's owner flushes them; the owner runs
+    each frame inside ``Batch.frame`` (``apply.frame_scope``), which takes a failed frame's
+    changes back whole. Without one, the frame is a batch of its own: read, projected and
+    flushed here (behind the ``COMMIT`` when ``tx`` writes behind); a failure leaves it
+    unflushed."""
     if ctx.platform not in PLATFORMS:
         raise ProjectionError(f"unknown platform {ctx.platform!r}; expected one of {sorted(PLATFORMS)}")
     buckets: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
@@ -221,23 +223,17 @@ def project_frame(tx: Tx, ctx: ProjectionContext, events: list[Event]) -> bool:
 
 def _project(tx: Tx, ctx: ProjectionContext, batch: Batch, buckets: tuple[list[Any], ...]) -> bool:
     convs, msgs, muts, reacts, receipts = buckets
-    journal = batch.journal
-    mark = journal.mark()
     frame = _Frame(tx, ctx, batch)
-    try:
-        for ev in convs:
-            frame.conversation(ev)
-        if msgs:
-            frame.messages(msgs)
-        for ev in muts:
-            frame.mutation(ev)
-        if reacts or frame.snapshots:
-            frame.reactions(reacts)
-        for ev in receipts:
-            frame.receipt(ev)
-    except BaseException:
-        journal.rollback(mark)  # the frame's changes, taken back whole
-        raise
+    for ev in convs:
+        frame.conversation(ev)
+    if msgs:
+        frame.messages(msgs)
+    for ev in muts:
+        frame.mutation(ev)
+    if reacts or frame.snapshots:
+        frame.reactions(reacts)
+    for ev in receipts:
+        frame.receipt(ev)
     counts = frame.counts
     if counts:
         counters = ctx.counters

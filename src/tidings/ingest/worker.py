@@ -33,8 +33,8 @@ Where the rest lives
   ``apply.py``: the one "apply one frame" path, the cause classification and the staged
   counters (the projection's counts are added to the bridge's only once its transaction
   committed). ``on_append.py``: apply on append. ``grouping.py``: several frames per
-  transaction, one batch a bridge (``group_size > 1``; D118). ``store/retry.py``: the transient-retry loop
-  (``attempt``) and the reconnect after an error.
+  transaction, one batch a bridge (``group_size > 1``; D118). ``store/retry.py``: the
+  transient-retry loop (``attempt``) and the reconnect after an error.
 
 Counters and logs
   ``decoded_events`` counts every successful decode (retries count again), ``deferred``

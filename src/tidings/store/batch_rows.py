@@ -41,7 +41,6 @@ from .sql import PerDialect, Stmt
 _ABSENT = object()
 
 
-
 class Journal:
     """The undo log of one batch: ``put`` and ``drop`` change a dict and remember what was
     there; ``rollback(mark)`` restores every dict changed since ``mark``, newest first."""
@@ -261,12 +260,6 @@ class Read:
         if len(names) == 1:
             return self.many, {**params, "keys": rows_json(keys)}
         return self.many, {**params, "keys": rows_json([dict(zip(names, key, strict=True)) for key in keys])}
-
-
-def per_dialect(template: str, **sources: dict[str, str]) -> dict[str, str]:
-    """``template`` with each ``{name}`` filled by ``sources[name][dialect]``, per dialect."""
-    return {dialect: template.format(**{k: v[dialect] for k, v in sources.items()})
-            for dialect in ("postgresql", "sqlite")}
 
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode

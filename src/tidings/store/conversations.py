@@ -138,7 +138,7 @@ class Conversations:
                 row = found.get(key)
                 self.table.load(key, row)
                 if row is not None:
-                    self.journal.put(self.ids, row.id, key)
+                    self.ids[row.id] = key  # a load, not a change: never taken back (``Table.load``)
 
         return [(*READ_BY_REMOTE_IDS.of(keys, bridge_id=self.bridge_id), take)]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .batch_rows import Read, Write, Writer, rows_json
+from .batch_rows import Read, Write, Writer
 from .engine import Tx
-from .sql import PerDialect, Stmt
+from .sql import PerDialect, Stmt, in_list, list_param
 
 # -- bridges -----------------------------------------------------------------------------
 BRIDGE_COLUMNS = "b.id, b.platform, b.name, b.owner_id, b.account_id, b.created_at_ms, a.handle"
@@ -111,40 +111,22 @@ LOCK_BRIDGE_APPENDS = Stmt(
 # applied in one statement; a frame of the group that fails is marked quarantined after.
 CLAIM_MANY = PerDialect(
     name="inbox.claim_many",
-    postgresql=(
-        "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
-        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) "
-        "AND processed_at_ms IS NULL "
-        "RETURNING inbox_id, bridge_id, codec, codec_version, received_at_ms, payload"
-    ),
-    sqlite=(
-        "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
-        "WHERE inbox_id IN (SELECT value FROM json_each(:keys)) AND processed_at_ms IS NULL "
-        "RETURNING inbox_id, bridge_id, codec, codec_version, received_at_ms, payload"
-    ),
+    **{dialect: "UPDATE inbox SET processed_at_ms = :now, outcome = 'applied' "
+                f"WHERE inbox_id {frag} AND processed_at_ms IS NULL "
+                "RETURNING inbox_id, bridge_id, codec, codec_version, received_at_ms, payload"
+       for dialect, frag in in_list("ids", "text").items()},
 )
 UNPROCESSED_BRIDGES = PerDialect(
     name="inbox.unprocessed_bridges",
-    postgresql=(
-        "SELECT DISTINCT bridge_id FROM inbox "
-        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) "
-        "AND processed_at_ms IS NULL ORDER BY bridge_id"
-    ),
-    sqlite=(
-        "SELECT DISTINCT bridge_id FROM inbox WHERE inbox_id IN (SELECT value FROM json_each(:keys)) "
-        "AND processed_at_ms IS NULL ORDER BY bridge_id"
-    ),
+    **{dialect: f"SELECT DISTINCT bridge_id FROM inbox WHERE inbox_id {frag} AND processed_at_ms IS NULL "
+                "ORDER BY bridge_id"
+       for dialect, frag in in_list("ids", "text").items()},
 )
 RELEASE_CLAIMED = PerDialect(
     name="inbox.release_claimed",
-    postgresql=(
-        "UPDATE inbox SET processed_at_ms = NULL, outcome = NULL "
-        "WHERE inbox_id = ANY(ARRAY(SELECT json_array_elements_text(CAST(:keys AS json)))) AND outcome = 'applied'"
-    ),
-    sqlite=(
-        "UPDATE inbox SET processed_at_ms = NULL, outcome = NULL "
-        "WHERE inbox_id IN (SELECT value FROM json_each(:keys)) AND outcome = 'applied'"
-    ),
+    **{dialect: f"UPDATE inbox SET processed_at_ms = NULL, outcome = NULL WHERE inbox_id {frag} "
+                "AND outcome = 'applied'"
+       for dialect, frag in in_list("ids", "text").items()},
 )
 QUARANTINE_CLAIMED = Stmt(
     "UPDATE inbox SET processed_at_ms = :now, outcome = 'quarantined', cause = :cause "
@@ -294,23 +276,23 @@ def claim_unprocessed(tx: Tx, inbox_id: str, now: int) -> tuple[Any, ...] | None
 def claim_many(tx: Tx, inbox_ids: list[str], now: int) -> dict[str, tuple[Any, ...]]:
     """``claim_unprocessed`` for several frames in one statement: inbox id ->
     (bridge_id, codec, codec_version, received_at_ms, payload) of those still unprocessed."""
-    rows = tx.all(CLAIM_MANY, {"keys": rows_json(inbox_ids), "now": now})
+    rows = tx.all(CLAIM_MANY, {"ids": list_param(tx, inbox_ids), "now": now})
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
 def unprocessed_bridges(tx: Tx, inbox_ids: list[str]) -> list[str]:
     """The bridges of those of ``inbox_ids`` still unprocessed, sorted."""
-    return [r[0] for r in tx.all(UNPROCESSED_BRIDGES, {"keys": rows_json(inbox_ids)})]
+    return [r[0] for r in tx.all(UNPROCESSED_BRIDGES, {"ids": list_param(tx, inbox_ids)})]
 
 
 def release_claimed(tx: Tx, inbox_ids: list[str]) -> None:
     """Frames this transaction claimed and will not apply: unprocessed again at its commit."""
-    tx.execute(RELEASE_CLAIMED, {"keys": rows_json(inbox_ids)})
+    tx.execute(RELEASE_CLAIMED, {"ids": list_param(tx, inbox_ids)})
 
 
-def quarantine_claimed(tx: Tx, inbox_id: str, now: int, cause: str) -> bool:
+def quarantine_claimed(tx: Tx, inbox_id: str, now: int, cause: str) -> None:
     """A frame this transaction claimed (marked applied) failed: mark it quarantined instead."""
-    return tx.rowcount(QUARANTINE_CLAIMED, {"inbox_id": inbox_id, "now": now, "cause": cause}) == 1
+    tx.execute(QUARANTINE_CLAIMED, {"inbox_id": inbox_id, "now": now, "cause": cause})
 
 
 def older_unprocessed(tx: Tx, bridge_id: str, received_at_ms: int, inbox_id: str, limit: int) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Read, Table, Write, Writer, per_dialect, probe, read_all, rows_json
+from .batch_rows import Journal, Read, Table, Write, Writer, probe, read_all, rows_json
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -32,12 +32,10 @@ READ_BY_CONVERSATIONS = Read("read_cursors.read_by_conversations", "read_cursors
 _HOLDING = probe("bridge_messages", "conversation_id", "remote_message_id", "bridge_id = :bridge_id")
 READ_OF_REMOTE_MESSAGES = PerDialect(
     name="read_cursors.read_of_remote_messages",
-    **per_dialect(
-        "SELECT m.conversation_id, " + ", ".join(f"rc.{c.strip()}" for c in _CURSOR_COLUMNS.split(",")) + " "
-        "FROM (SELECT DISTINCT conversation_id FROM ({holding}) h) m LEFT JOIN read_cursors rc "
-        "ON rc.conversation_id = m.conversation_id",
-        holding=_HOLDING,
-    ),
+    **{dialect: "SELECT m.conversation_id, " + ", ".join(f"rc.{c.strip()}" for c in _CURSOR_COLUMNS.split(","))
+                + f" FROM (SELECT DISTINCT conversation_id FROM ({holding}) h) m LEFT JOIN read_cursors rc "
+                "ON rc.conversation_id = m.conversation_id"
+       for dialect, holding in _HOLDING.items()},
 )
 WRITE_ROWS = Write(
     "read_cursors.write_rows",
