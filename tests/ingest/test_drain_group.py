@@ -57,13 +57,19 @@ def append_each(ingest: Ingest, bridge: str, conversation_id: str, count: int) -
                            "signal")
 
 
+def two_bridges(store, ingest: Ingest) -> tuple[str, str]:
+    """Bridges p and q, with a first frame each (bodies p1, q1) left for the drain."""
+    p = create_bridge(store, platform="signal", name="p")["id"]
+    q = create_bridge(store, platform="signal", name="q")["id"]
+    ingest.append_body(p, frame("1", ["signal:a", "m1", "+15550100", "Bob", "p1", 1_000]), "signal")
+    ingest.append_body(q, frame("1", ["signal:a", "m1", "+15550111", "Ann", "q1", 1_001]), "signal")
+    return p, q
+
+
 def test_a_group_of_two_bridges_commits_once_with_its_quarantined_frame(store):
     ingest = drained(store)
     try:
-        p = create_bridge(store, platform="signal", name="p")["id"]
-        q = create_bridge(store, platform="signal", name="q")["id"]
-        ingest.append_body(p, frame("1", ["signal:a", "m1", "+15550100", "Bob", "p1", 1_000]), "signal")
-        ingest.append_body(q, frame("1", ["signal:a", "m1", "+15550111", "Ann", "q1", 1_001]), "signal")
+        p, q = two_bridges(store, ingest)
         ingest.append_body(p, frame("2", ["signal:a", "m2", "anon:👍", "", "boo", 1_002]), "signal")
         ingest.append_body(q, frame("2", ["signal:b", "m2", "+15550100", "Bob", "q2", 1_003]), "signal")
         ingest.append_body(p, frame("3", ["signal:a", "m3", "+15550100", "Bob", "p3", 1_004]), "signal")
@@ -151,10 +157,7 @@ def test_a_group_locks_each_of_its_bridges_before_it_reads_their_rows(store, mon
     sent = wire_log()
     ingest = drained(store)
     try:
-        p = create_bridge(store, platform="signal", name="p")["id"]
-        q = create_bridge(store, platform="signal", name="q")["id"]
-        ingest.append_body(p, frame("1", ["signal:a", "m1", "+15550100", "Bob", "p1", 1_000]), "signal")
-        ingest.append_body(q, frame("1", ["signal:a", "m1", "+15550111", "Ann", "q1", 1_001]), "signal")
+        p, q = two_bridges(store, ingest)
         sent.start(monkeypatch)
         stats = ingest.worker.drain_if_due()
     finally:

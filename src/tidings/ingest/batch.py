@@ -9,9 +9,8 @@ of several frames applied on append, a single frame, a drained frame. Its life:
    (together with whatever the transaction has waiting: its lock, the order check, the
    dedupe read);
 3. for each frame, ``apply.frame_scope`` (``batch.frame()`` inside it) around
-   ``projection.project_frame``: the rules
-   run against the rows in memory; a frame that raises is taken back whole (the journal)
-   and a later frame never sees it;
+   ``projection.project_frame``: the rules run against the rows in memory; a frame that
+   raises is taken back whole (the journal) and a later frame never sees it;
 4. ``flush()``: one set-based write per table family, in foreign-key order, only of rows
    whose content changed; sent behind the ``COMMIT`` when the transaction writes behind.
 
