@@ -1,0 +1,250 @@
+"""Where a lone frame's time goes: wall time a frame in each phase of apply on append.
+
+    uv run python bench/frame_phases.py --backend sqlite --frames 5000
+    uv run python bench/frame_phases.py --backend postgresql --frames 5000 --json out.json
+
+Drives the engine like ``bench_ingest.run_ours`` (one frame a request through
+``Ingest.append_body``, then ``drain_if_due``, the clock pinned to each frame's receipt time)
+with a timer around each phase's function, and counts the statements a frame sends by kind.
+Phases nest (``append_frames`` holds most of the others); each row is inclusive. On
+PostgreSQL a phase that makes the round trip carries the wait for everything sent with it
+(the batch's reads ride with the dedupe read, the writes with the ``COMMIT``).
+
+Functions a tree does not have are left out, so the same command measures an older tree
+(``PYTHONPATH=<worktree>/src``) beside this one. The timers cost about 0.5 µs a call; the
+frames/s printed is with them on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import Databases  # noqa: E402
+
+#: (module, qualified name, what it is), outermost first.
+PHASES = [
+    ("tidings.ingest.engine", "Ingest.append_body", "the whole append: parse, transaction, commit"),
+    ("tidings.ingest.engine", "Ingest.parse", "the request's frames checked and their payload text made"),
+    ("tidings.ingest.engine", "append_frames", "the transaction's body (no BEGIN or COMMIT)"),
+    ("tidings.ingest.on_append", "AppendApplier.begin", "decode, make the batch, ask for its keys"),
+    ("tidings.ingest.apply", "FrameApplier.decode_ahead", "decode and validate"),
+    ("tidings.ingest.apply", "FrameApplier.batch", "make the batch and ask for its keys (want_rows)"),
+    ("tidings.ingest.on_append", "held_up", "the order check"),
+    ("tidings.ingest.on_append", "insert_applied", "dedupe check, the batch's read, the projection"),
+    ("tidings.ingest.on_append", "RequestRows.stored", "the dedupe read"),
+    ("tidings.ingest.batch", "Batch.announce", "the batch's reads built (sent ahead on PostgreSQL)"),
+    ("tidings.ingest.batch", "Batch.read", "the batch's reads run and taken"),
+    ("tidings.ingest.apply", "FrameApplier.apply", "one frame's apply (projection included)"),
+    ("tidings.ingest.projection", "project_frame", "the rules (in memory with a batch)"),
+    ("tidings.ingest.on_append", "AppendApplier.finish", "the batch's writes and the inbox row"),
+    ("tidings.ingest.batch", "Batch.flush", "the batch's writes"),
+    ("tidings.ingest.on_append", "RequestRows.send", "the inbox row"),
+]
+
+
+def kind_of(sql: str) -> str:
+    """``VERB table``: the first table a statement names after its verb's keyword
+    (``SELECT conversations``, ``INSERT inbox``); a function for a ``SELECT`` of none."""
+    words = sql.split()
+    if not words:
+        return "?"
+    verb = words[0].upper()
+    marker = {"SELECT": "FROM", "INSERT": "INTO", "DELETE": "FROM", "UPDATE": "UPDATE"}.get(verb)
+    for i, word in enumerate(words[:-1]):
+        if word.upper() == marker and words[i + 1].isidentifier():
+            return f"{verb} {words[i + 1]}"
+    if verb == "SELECT" and len(words) > 1:
+        return f"SELECT {words[1].split('(')[0]}()"  # a lock, say
+    return verb
+
+
+class Probes:
+    """Timers around each phase's function and a count of statements by kind, installed by
+    ``with Probes():`` and taken out again at its end (so a test process is left as it was)."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.found: list[tuple[str, str]] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> Probes:
+        for module, qualname, what in PHASES:
+            self._time(module, qualname, what)
+        self._count()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+    def clear(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+        self.kinds.clear()
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        self._undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, replacement)
+
+    def _time(self, module: str, qualname: str, what: str) -> None:
+        try:
+            owner: Any = importlib.import_module(module)
+            *path, name = qualname.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            fn = getattr(owner, name)
+        except (ImportError, AttributeError):
+            return  # not in this tree
+        seconds, calls, clock = self.seconds, self.calls, time.perf_counter
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[qualname] += clock() - t0
+                calls[qualname] += 1
+
+        self._patch(owner, name, timed)
+        self.found.append((qualname, what))
+
+    def _count(self) -> None:
+        from tidings.store import engine, pg_wire
+
+        kinds = self.kinds
+        send, savepoint, run = engine.Tx._send, engine.Tx.savepoint, pg_wire.Wire.run
+
+        def counted_send(tx: Any, sql: str, params: Any) -> Any:
+            if tx.dialect != "postgresql":  # (PostgreSQL's go out through ``Wire.run``)
+                kinds[kind_of(sql)] += 1
+            return send(tx, sql, params)
+
+        def counted_savepoint(tx: Any) -> Any:
+            if tx.dialect != "postgresql":
+                kinds["SAVEPOINT (its RELEASE or ROLLBACK TO not counted)"] += 1
+            return savepoint(tx)
+
+        def counted_run(wire: Any, batch: Any) -> None:
+            for entry in batch:
+                kinds[kind_of(entry[0])] += 1
+            run(wire, batch)
+
+        self._patch(engine.Tx, "_send", counted_send)
+        self._patch(engine.Tx, "savepoint", counted_savepoint)
+        self._patch(pg_wire.Wire, "run", counted_run)
+
+
+def corpus(frames: int, seed: int) -> list[dict[str, Any]]:
+    """The synthetic corpus's requests, parsed (its malformed lines left out: they never
+    reach ``append_body``)."""
+    from tidings.replay.synth import synthesize
+
+    out = []
+    for line in synthesize(frames, seed).lines:
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            out.append(raw)
+    return out
+
+
+def run(backend: str, frames: int, seed: int) -> dict[str, Any]:
+    """One run of ``frames`` corpus frames, one a request, on a fresh database of ``backend``."""
+    from tidings.clock import FakeClock
+    from tidings.errors import TidingsError
+    from tidings.faults import Faults
+    from tidings.ingest.engine import Ingest
+    from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM, create_bridges
+    from tidings.store.engine import Store
+
+    requests = corpus(frames, seed)
+    dbs = Databases()
+    try:
+        with Probes() as probes:
+            url = dbs.fresh(backend, "phases")
+            clock = FakeClock(requests[0]["received_at_ms"])
+            store = Store(url, clock=clock, faults=Faults())
+            bridges = create_bridges(store)
+            ingest = Ingest(store=store, faults=store.faults, clock=clock)
+            platform_of = ingest.codec_platforms()
+            probes.clear()
+            meter_before = store.meter.snapshot()
+            started = time.perf_counter()
+            for raw in requests:
+                received = raw.get("received_at_ms")
+                if type(received) is int and received > 0:
+                    clock.set(received)
+                codec = raw.get("codec")
+                platform = platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
+                try:
+                    ingest.append_body(bridges[platform], raw, platform)
+                except TidingsError:
+                    pass
+                ingest.worker.drain_if_due()
+            wall = time.perf_counter() - started
+            meter = {k: v - meter_before[k] for k, v in store.meter.snapshot().items()}
+            ingest.stop()
+            store.dispose()
+    finally:
+        dbs.close()
+    n = len(requests)
+    return {
+        "backend": backend,
+        "frames": n,
+        "frames_per_s": round(n / wall),
+        "us_per_frame": round(wall / n * 1e6, 1),
+        "phases": [
+            {"phase": q, "what": what, "us_per_frame": round(probes.seconds[q] / n * 1e6, 1),
+             "calls_per_frame": round(probes.calls[q] / n, 2)}
+            for q, what in probes.found
+        ],
+        "statements_per_frame": {k: round(v / n, 3) for k, v in probes.kinds.most_common()},
+        # The store's meter: every statement, BEGIN, COMMIT and savepoint statements included.
+        "statements_per_frame_all": round(meter["statements"] / n, 2),
+        "round_trips_per_frame": round(meter["round_trips"] / n, 2),
+        "commits_per_frame": round(meter["commits"] / n, 3),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    p.add_argument("--frames", type=int, default=5000)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args()
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
+    result = run(args.backend, args.frames, args.seed)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(f"{result['backend']}: {result['frames']} frames, {result['frames_per_s']:,} frames/s, "
+          f"{result['us_per_frame']} µs a frame (timers on)")
+    print(f"{'µs a frame':>11}  {'calls':>5}  phase")
+    for row in result["phases"]:
+        print(f"{row['us_per_frame']:>11.1f}  {row['calls_per_frame']:>5.2f}  {row['phase']}: {row['what']}")
+    print(f"statements a frame (the store's meter, BEGIN and COMMIT included): {result['statements_per_frame_all']}, "
+          f"round trips a frame: {result['round_trips_per_frame']}")
+    for kind, per in result["statements_per_frame"].items():
+        print(f"{per:>11.3f}  {kind}")
+
+
+if __name__ == "__main__":
+    main()
