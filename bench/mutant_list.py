@@ -1327,14 +1327,18 @@ add("batch.hook_sees_unflushed_rows", PROJ_SRC,
     t(BATCH, "test_the_link_hook_sees_the_rows_of_its_frame_and_of_the_batchs_earlier_frames"),
     why="the link hook is called before the frame's rows are flushed: it reads a store without the "
         "message it is told about, or its sender")
-add("batch.unknown_key_taken_as_absent", IDENT,
-    "        if not table.known(key):\n            table.want(key)\n            read_all(self.tx, self.reads())\n"
-    "        row: Identity | None = table.get(key)\n",
-    "        if not table.known(key):\n            table.load(key, None)\n"
-    "        row: Identity | None = table.get(key)\n",
+add("batch.unknown_key_taken_as_absent", BATCH_ROWS_SRC,
+    "        if key not in self.rows:\n            self.want(key)\n            read_all(tx, reads())\n",
+    "        if key not in self.rows:\n            self.load(key, None)\n",
     t(BATCH, "test_a_row_not_asked_for_ahead_is_read_when_first_used"),
-    why="an identity the batch did not ask for ahead is taken for new instead of read: a stored sender is "
+    why="a row the batch did not ask for ahead is taken for absent instead of read: a stored sender is "
         "inserted again over its row")
+add("batch_rows.load_overwrites_known", BATCH_ROWS_SRC,
+    "        if key in self.rows:\n            return\n        self.read[key] = row\n",
+    "        self.read[key] = row\n",
+    t(BATCH, "test_a_read_that_brings_a_row_again_never_takes_back_what_the_batch_made_of_it"),
+    why="a second read of a key the batch changed puts the stored row back over the change: the change "
+        "is never written")
 add("batch.reads_not_announced", BATCH_SRC,
     "        for stmt, params, _ in reads:\n            tx.read_ahead(stmt, params)\n        self._reads.extend(reads)\n",
     "        self._reads.extend(reads)\n",

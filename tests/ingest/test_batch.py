@@ -37,6 +37,7 @@ from tidings.ingest.events import IdentityRef, MessageEvent
 from tidings.ingest.projection import ProjectionContext, conversation_id_for, project_frame, want_rows
 from tidings.store import identities as identities_store
 from tidings.store import inbox as inbox_store
+from tidings.store.batch_rows import Journal, Table
 from tidings.store.engine import Tx
 
 CODEC = "test.events"
@@ -387,3 +388,15 @@ def test_the_drain_applies_a_frame_in_a_batch_of_its_own(store):
     assert conversation_id_for(bridge, "signal:a").startswith("conv_")
     with store.read() as tx:
         assert inbox_store.backlog(tx) == 0
+
+
+def test_a_read_that_brings_a_row_again_never_takes_back_what_the_batch_made_of_it():
+    # Two reads may name one key (a message by id and by its remote id; a roster whole and
+    # its member): the second must leave the batch's row, with its changes, as it is.
+    table = Table(Journal())
+    table.load("m1", "stored")
+    table.put("m1", "edited")
+    table.load("m1", "stored")
+    table.load_found(["m1"], {})
+    assert table.get("m1") == "edited"
+    assert table.changed() == [("m1", "stored", "edited")]

@@ -50,11 +50,20 @@ def drain(store, ingest: Ingest) -> tuple[Any, int]:
     return stats, store.meter.snapshot()["commits"] - before
 
 
-def append_each(ingest: Ingest, bridge: str, conversation_id: str, count: int) -> None:
-    """``count`` frames of Bob's, one a request: ``m<n>`` with the body ``b<n>``, n from 1."""
-    for n in range(1, count + 1):
-        ingest.append_body(bridge, frame(str(n), [conversation_id, f"m{n}", "+15550100", "Bob", f"b{n}", 1_000 + n]),
-                           "signal")
+def drain_appended(store, conversation_id: str, count: int, **options: Any) -> tuple[Ingest, str, Any, int]:
+    """Bridge p with ``count`` frames of Bob's, one a request (``m<n>`` with the body
+    ``b<n>``, n from 1), drained once by a ``drained(store, **options)`` engine, stopped
+    after: the engine, the bridge, the drain's stats and its commits."""
+    ingest = drained(store, **options)
+    try:
+        bridge = create_bridge(store, platform="signal", name="p")["id"]
+        for n in range(1, count + 1):
+            ingest.append_body(bridge, frame(str(n), [conversation_id, f"m{n}", "+15550100", "Bob", f"b{n}",
+                                                      1_000 + n]), "signal")
+        stats, commits = drain(store, ingest)
+    finally:
+        ingest.stop()
+    return ingest, bridge, stats, commits
 
 
 def two_bridges(store, ingest: Ingest) -> tuple[str, str]:
@@ -110,13 +119,7 @@ class FlakyHook:
 
 def test_a_transient_error_in_a_frames_savepoint_ends_the_group_there(store):
     hook = FlakyHook(store, {"m3"})
-    ingest = drained(store, on_message=hook)
-    try:
-        bridge = create_bridge(store, platform="signal", name="p")["id"]
-        append_each(ingest, bridge, "signal:h", 5)
-        stats, commits = drain(store, ingest)
-    finally:
-        ingest.stop()
+    ingest, bridge, stats, commits = drain_appended(store, "signal:h", 5, on_message=hook)
     assert stats is not None and stats.applied == 5
     # m1, m2 in the group; m3 failed in it, then alone (again), m4, m5 alone
     assert hook.seen == ["m1", "m2", "m3", "m3", "m4", "m5"]
@@ -137,13 +140,7 @@ def test_a_transient_error_outside_any_savepoint_runs_every_frame_of_the_group_a
         real_flush(self)
 
     monkeypatch.setattr(Batch, "flush", flush)
-    ingest = drained(store)
-    try:
-        bridge = create_bridge(store, platform="signal", name="p")["id"]
-        append_each(ingest, bridge, "signal:a", 4)
-        stats, commits = drain(store, ingest)
-    finally:
-        ingest.stop()
+    _ingest, bridge, stats, commits = drain_appended(store, "signal:a", 4)
     assert failed == [1]
     assert stats is not None and stats.applied == 4
     assert commits == 4  # the group stored nothing; each frame then alone
@@ -182,9 +179,7 @@ def test_a_backlog_drains_in_groups_by_default_and_the_setting_changes_it(store,
             ingest.append_body(bridge, {"frames": [
                 frame(str(n), ["signal:a", f"m{n}", "+15550100", "Bob", "hi", 1_000 + n])
                 for n in range(DRAIN_GROUP + 8)]}, "signal")
-            before = store.meter.snapshot()["commits"]
-            stats = ingest.worker.drain_if_due()
-            commits[setting] = store.meter.snapshot()["commits"] - before
+            stats, commits[setting] = drain(store, ingest)
         finally:
             ingest.stop()
         assert stats is not None and stats.applied == DRAIN_GROUP + 8

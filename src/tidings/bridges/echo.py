@@ -21,7 +21,7 @@ import hashlib
 from typing import Any
 
 from ..store import outbox as outbox_store
-from ..store.batch_rows import Journal, Table, Writer, read_all
+from ..store.batch_rows import Journal, Table, Writer
 from ..store.engine import Tx
 from ..store.sql import Stmt
 
@@ -77,10 +77,7 @@ class Claims:
             return False
         key = (conversation_id, echo_key(remote_message_id))
         table = self.table
-        if not table.known(key):
-            table.want(key)
-            read_all(self.tx, self.reads())
-        items = table.get(key)
+        items = table.fetch(key, self.tx, self.reads)
         if any(echo is None for _, echo in items):
             for item_id, echo in items:
                 if echo is None:

@@ -349,9 +349,7 @@ class FrameApplier:
         those still unprocessed. In a cluster the locks come first, as ``claim_frame``'s
         (each frame's bridge read, then locked, then the frames claimed)."""
         if self.across_nodes:
-            for bridge_id in inbox_store.unprocessed_bridges(tx, inbox_ids):
-                inbox_store.lock_bridge_appends(tx, bridge_id)
-            return cast("dict[str, FrameRow]", inbox_store.claim_many(tx, inbox_ids, self.clock.now_ms()))
+            return cast("dict[str, FrameRow]", cluster_drain.claim_frames(tx, inbox_ids, self.clock.now_ms()))
         rows = cast("dict[str, FrameRow]", inbox_store.claim_many(tx, inbox_ids, self.clock.now_ms()))
         for bridge_id in sorted({row[0] for row in rows.values()}):
             # Every writer of a bridge's projection rows holds its lock (ingest/batch.py, D117).
@@ -376,6 +374,11 @@ class FrameApplier:
             if d.events is not None:
                 projection.want_rows(batch, d.events)
         return batch
+
+    def retried(self, att: Attempt) -> None:
+        """Count a try of ``att``'s frame that failed transiently and will be made again."""
+        if att.bridge_id is not None:
+            self.counters.of(att.bridge_id).incr("transient_retries")
 
     def quarantined(self, inbox_id: str, bridge_id: str | None, codec: str | None, cause: str) -> None:
         """Count and log a frame that was marked quarantined (after its commit)."""

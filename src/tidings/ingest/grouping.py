@@ -97,8 +97,7 @@ def process_group(
                     if not own and is_database_error(exc):
                         raise _GroupLost(inbox_id, att) from exc
                     if is_transient(exc):
-                        if att.bridge_id is not None:
-                            applier.counters.of(att.bridge_id).incr("transient_retries")
+                        applier.retried(att)
                         left = ids[index:]
                         inbox_store.release_claimed(tx, [i for i in left if i in rows])
                         break
@@ -116,8 +115,7 @@ def process_group(
         error = exc.__cause__ if isinstance(exc, _GroupLost) and exc.__cause__ is not None else exc
         first = ""  # the frame whose transient error lost the group: its try counted
         if isinstance(exc, _GroupLost) and is_transient(error):
-            if exc.att.bridge_id is not None:
-                applier.counters.of(exc.att.bridge_id).incr("transient_retries")
+            applier.retried(exc.att)
             first = exc.inbox_id
         elif not is_transient(error):
             log.error("ingest group failed; replaying it frame by frame", error=f"{type(error).__name__}: {error}")

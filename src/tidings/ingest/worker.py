@@ -382,8 +382,7 @@ class Worker:
                 raise failed.__cause__ or failed from None
 
         def retried(_exc: BaseException) -> None:
-            if att.bridge_id is not None:
-                self.counters.of(att.bridge_id).incr("transient_retries")
+            self.applier.retried(att)
 
         try:
             outcome, staged = self._attempt(

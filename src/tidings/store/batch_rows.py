@@ -105,11 +105,28 @@ class Table:
         return keys
 
     def load(self, key: Any, row: Any) -> None:
-        """``key`` as the database has it (``row``, or None for no row). Not journaled: a
-        key is loaded only while unknown, so nothing the batch wrote is in its row, and a
-        frame taken back leaves that fact as true as it was."""
+        """``key`` as the database has it (``row``, or None for no row), unless the batch
+        knows it already: then the batch's row stands (it holds the batch's own changes, and
+        a read has nothing newer under the bridge's lock). Not journaled: a key is loaded
+        only while unknown, so nothing the batch wrote is in its row, and a frame taken back
+        leaves that fact as true as it was."""
+        if key in self.rows:
+            return
         self.read[key] = row
         self.rows[key] = row
+
+    def load_found(self, keys: Iterable[Any], found: dict[Any, Any]) -> None:
+        """Each of ``keys``, read, as ``found`` has it (a key ``found`` lacks: no row)."""
+        for key in keys:
+            self.load(key, found.get(key))
+
+    def fetch(self, key: Any, tx: Tx, reads: Callable[[], list[Any]]) -> Any:
+        """``key``'s row as the batch has it. An unknown key is read first, with every other
+        key its family was asked for (``reads``: the family's ``reads``), in one round trip."""
+        if key not in self.rows:
+            self.want(key)
+            read_all(tx, reads())
+        return self.rows[key]
 
     def known(self, key: Any) -> bool:
         return key in self.rows

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import search_index
-from .batch_rows import Journal, Read, Table, Write, Writer, read_all
+from .batch_rows import Journal, Read, Table, Write, Writer
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -129,10 +129,7 @@ class Messages:
         ids = self.table.take_wanted()
         if ids:
             def take(rows: list[tuple[Any, ...]]) -> None:
-                found = {r[0]: _message(r) for r in rows}
-                for key in ids:
-                    if not self.table.known(key):
-                        self.table.load(key, found.get(key))
+                self.table.load_found(ids, {r[0]: _message(r) for r in rows})
 
             out.append((*READ_BY_IDS.of(ids), take))
         remotes = self.remote.take_wanted()
@@ -141,8 +138,7 @@ class Messages:
                 by_remote: dict[str, set[str]] = {key: set() for key in remotes}
                 for r in rows:
                     by_remote[r[2]].add(r[0])
-                    if not self.table.known(r[0]):
-                        self.table.load(r[0], _message(r))
+                    self.table.load(r[0], _message(r))
                 for key in remotes:
                     self.remote.load(key, frozenset(by_remote[key]))
 
@@ -151,11 +147,7 @@ class Messages:
 
     def get(self, message_id: str) -> Message | None:
         """The message as the batch has it (read now if the batch has not read it)."""
-        table = self.table
-        if not table.known(message_id):
-            table.want(message_id)
-            read_all(self.tx, self.reads())
-        row: Message | None = table.get(message_id)
+        row: Message | None = self.table.fetch(message_id, self.tx, self.reads)
         return row
 
     def exists(self, message_id: str) -> bool:
@@ -169,11 +161,8 @@ class Messages:
         """``(id, conversation_id, occurred_at_ms)`` of the one message of the bridge with
         that remote id, in whichever conversation; None when there is none, or more than one
         (an ambiguous id places nothing)."""
-        remote = self.remote
-        if not remote.known(remote_message_id):
-            remote.want(remote_message_id)
-            read_all(self.tx, self.reads())
-        ids = remote.get(remote_message_id) | self.new_by_remote.get(remote_message_id, frozenset())
+        ids = self.remote.fetch(remote_message_id, self.tx, self.reads) | self.new_by_remote.get(
+            remote_message_id, frozenset())
         found = [(mid, row) for mid in ids if (row := self.table.rows.get(mid)) is not None]
         if len(found) != 1:
             return None

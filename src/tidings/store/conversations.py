@@ -134,21 +134,15 @@ class Conversations:
 
         def take(rows: list[tuple[Any, ...]]) -> None:
             found = {r[0]: Conversation(r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows}
-            for key in keys:
-                row = found.get(key)
-                self.table.load(key, row)
-                if row is not None:
-                    self.ids[row.id] = key  # a load, not a change: never taken back (``Table.load``)
+            self.table.load_found(keys, found)
+            for key, row in found.items():
+                self.ids[row.id] = key  # a load, not a change: never taken back (``Table.load``)
 
         return [(*READ_BY_REMOTE_IDS.of(keys, bridge_id=self.bridge_id), take)]
 
     def get(self, remote_id: str) -> Conversation | None:
         """The conversation as the batch has it (read now if the batch has not read it)."""
-        table = self.table
-        if not table.known(remote_id):
-            table.want(remote_id)
-            read_all(self.tx, self.reads())
-        row: Conversation | None = table.get(remote_id)
+        row: Conversation | None = self.table.fetch(remote_id, self.tx, self.reads)
         return row
 
     def exists(self, conversation_id: str) -> bool:
@@ -251,8 +245,7 @@ class Rosters:
 
     def new_conversation(self, conversation_id: str) -> None:
         """A conversation the batch inserts has no members yet."""
-        if not self.whole.known(conversation_id):
-            self.whole.load(conversation_id, frozenset())
+        self.whole.load(conversation_id, frozenset())
 
     def reads(self) -> list[Any]:
         out: list[Any] = []
@@ -262,8 +255,7 @@ class Rosters:
                 ids: dict[str, list[str]] = {cid: [] for cid in whole}
                 for cid, iid, role, name, active in rows:
                     ids[cid].append(iid)
-                    if not self.members.known((cid, iid)):
-                        self.members.load((cid, iid), (role, name, bool(active)))
+                    self.members.load((cid, iid), (role, name, bool(active)))
                 for cid in whole:
                     self.whole.load(cid, frozenset(ids[cid]))
 
@@ -271,22 +263,16 @@ class Rosters:
         points = [key for key in self.members.take_wanted() if key[0] not in whole]
         if points:
             def take_points(rows: list[tuple[Any, ...]]) -> None:
-                found = {(r[0], r[1]): (r[2], r[3], bool(r[4])) for r in rows}
-                for key in points:
-                    self.members.load(key, found.get(key))
+                self.members.load_found(points, {(r[0], r[1]): (r[2], r[3], bool(r[4])) for r in rows})
 
             out.append((*READ_MEMBERS.of(points), take_points))
         return out
 
     def roster(self, conversation_id: str) -> dict[str, Participant]:
         """The whole roster, {identity id: participant} (read now if not read yet)."""
-        whole = self.whole
-        if not whole.known(conversation_id):
-            whole.want(conversation_id)
-            read_all(self.tx, self.reads())
         members = self.members.rows
         out = {}
-        for iid in whole.get(conversation_id):
+        for iid in self.whole.fetch(conversation_id, self.tx, self.reads):
             value = members.get((conversation_id, iid))
             if value is not None:
                 out[iid] = value

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import psycopg
 import sqlalchemy as sa
 import structlog
 
@@ -99,13 +100,7 @@ def is_transient(exc: BaseException) -> bool:
 
 def is_database_error(exc: BaseException) -> bool:
     """True for any error the database driver raised (a statement failed)."""
-    if isinstance(exc, sqlite3.Error):
-        return True
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, psycopg.Error | sa.exc.DBAPIError)
+    return isinstance(exc, sqlite3.Error | psycopg.Error | sa.exc.DBAPIError)
 
 
 def is_integrity_error(exc: BaseException) -> bool:

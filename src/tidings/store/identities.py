@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Read, Table, Write, Writer, read_all
+from .batch_rows import Journal, Read, Table, Write, Writer
 from .engine import Tx
 from .sql import Stmt
 
@@ -80,20 +80,14 @@ class Identities:
         table = self.table
 
         def take(rows: list[tuple[Any, ...]]) -> None:
-            found = {(r[0], r[1]): Identity(r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8]) for r in rows}
-            for key in keys:
-                table.load(key, found.get(key))
+            table.load_found(keys, {(r[0], r[1]): Identity(r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8])
+                                    for r in rows})
 
         return [(*READ_BY_KEYS.of(keys, bridge_id=self.bridge_id), take)]
 
     def get(self, kind: str, canonical: str) -> Identity | None:
         """The identity as the batch has it (read now if the batch has not read it)."""
-        key = (kind, canonical)
-        table = self.table
-        if not table.known(key):
-            table.want(key)
-            read_all(self.tx, self.reads())
-        row: Identity | None = table.get(key)
+        row: Identity | None = self.table.fetch((kind, canonical), self.tx, self.reads)
         return row
 
     def upsert(self, *, id: str, kind: str, canonical: str, raw: str, display_name: str, is_self: bool,

@@ -121,10 +121,8 @@ class Reactions:
 
     def new_message(self, message_id: str) -> None:
         """A message the batch inserts has neither reactions nor a fence yet."""
-        if not self.table.known(message_id):
-            self.table.load(message_id, {})
-        if not self.fences.known(message_id):
-            self.fences.load(message_id, None)
+        self.table.load(message_id, {})
+        self.fences.load(message_id, None)
 
     def reads(self) -> list[Any]:
         out: list[Any] = []
@@ -141,9 +139,7 @@ class Reactions:
         fences = self.fences.take_wanted()
         if fences:
             def take_fences(rows: list[tuple[Any, ...]]) -> None:
-                found = {r[0]: (r[1], r[2]) for r in rows}
-                for mid in fences:
-                    self.fences.load(mid, found.get(mid))
+                self.fences.load_found(fences, {r[0]: (r[1], r[2]) for r in rows})
 
             out.append((*READ_FENCES.of(fences), take_fences))
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .batch_rows import Journal, Read, Table, Write, Writer, probe, read_all, rows_json
+from .batch_rows import Journal, Read, Table, Write, Writer, probe, rows_json
 from .engine import Tx
 from .sql import PerDialect, Stmt
 
@@ -81,9 +81,7 @@ class ReadCursors:
         keys = self.table.take_wanted()
         if keys:
             def take(rows: list[tuple[Any, ...]]) -> None:
-                found = {r[0]: Cursor(r[1], r[2], r[3], r[4]) for r in rows}
-                for key in keys:
-                    self.table.load(key, found.get(key))
+                self.table.load_found(keys, {r[0]: Cursor(r[1], r[2], r[3], r[4]) for r in rows})
 
             out.append((*READ_BY_CONVERSATIONS.of(keys), take))
         remote = sorted(self.remote)
@@ -91,8 +89,7 @@ class ReadCursors:
         if remote:
             def take_remote(rows: list[tuple[Any, ...]]) -> None:
                 for cid, mid, at, read_at, updated in rows:
-                    if not self.table.known(cid):
-                        self.table.load(cid, None if mid is None else Cursor(mid, at, read_at, updated))
+                    self.table.load(cid, None if mid is None else Cursor(mid, at, read_at, updated))
 
             out.append((READ_OF_REMOTE_MESSAGES, {"bridge_id": self.bridge_id, "keys": rows_json(remote)},
                         take_remote))
@@ -103,10 +100,7 @@ class ReadCursors:
         """Move the cursor to ``message_id`` when it is newer than the stored one, by
         (occurrence time, id); the rows written."""
         table = self.table
-        if not table.known(conversation_id):
-            table.want(conversation_id)
-            read_all(self.tx, self.reads())
-        have: Cursor | None = table.get(conversation_id)
+        have: Cursor | None = table.fetch(conversation_id, self.tx, self.reads)
         if have is not None and (message_at_ms, message_id) <= (have.last_read_message_at_ms,
                                                                  have.last_read_message_id):
             return 0
