@@ -308,14 +308,15 @@ add("append.keeps_applying_after_a_left_frame", ON_APPEND,
     why="frames after one left to the drain apply before it")
 
 # == the projection's own skips and merge rules ==============================================
-add("skip.identity_ignores_self", PROJ_SRC,
-    "        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:",
-    "        if raw != stored.raw or new_name != stored.display_name:",
+# The reference's skips are the families' guards now (one comparison, D115): planted there.
+add("skip.identity_ignores_self", IDENT,
+    "        if have.content() == (raw, display_name, is_self, metadata):\n",
+    f"        if {_compare_without('is_self', _IDENT_TERMS)}:\n",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="the reference's mutant: an identity seen as self later is never marked self")
-add("skip.identity_ignores_raw", PROJ_SRC,
-    "        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:",
-    "        if new_name != stored.display_name or new_self != stored.is_self:",
+add("skip.identity_ignores_raw", IDENT,
+    "        if have.content() == (raw, display_name, is_self, metadata):\n",
+    f"        if {_compare_without('raw', _IDENT_TERMS)}:\n",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="the reference's mutant: a new spelling of the same number is never stored")
 add("merge.blank_name_erases", PROJ_SRC,
@@ -326,9 +327,9 @@ add("merge.self_turns_off", PROJ_SRC,
     "        new_self = stored.is_self or ref.is_self", "        new_self = ref.is_self",
     t(PROJ, "test_identity_merge_rule_column_by_column"),
     why="is_self only turns on; here a later sighting turns it off")
-add("skip.conversation_ignores_revision", PROJ_SRC,
-    "(stored.kind, stored.title, stored.remote_revision) != (\n            ev.kind, ev.title, ev.remote_revision\n",
-    "(stored.kind, stored.title) != (\n            ev.kind, ev.title\n",
+add("skip.conversation_ignores_revision", CONVS,
+    "        if (have.kind, have.title, have.remote_revision) == (kind, title, remote_revision):\n",
+    f"        if {_compare_without('remote_revision', _CONV_TERMS)}:\n",
     t(PROJ, "test_conversation_refresh_column_by_column"),
     why="the reference's mutant: a revision-only change is never stored")
 add("order.mutations_before_messages", PROJ_SRC,

@@ -416,11 +416,10 @@ class _Frame:
             return iid, raw, name, ref.is_self
         new_name = name or stored.display_name
         new_self = stored.is_self or ref.is_self
-        if raw != stored.raw or new_name != stored.display_name or new_self != stored.is_self:
-            self.wrote("identities_written", identities.upsert(
-                id=stored.id, kind=kind, canonical=canonical, raw=raw, display_name=new_name, is_self=new_self,
-                metadata=stored.metadata, now=self.now,
-            ))
+        self.wrote("identities_written", identities.upsert(  # (writes only a changed row: its guard)
+            id=stored.id, kind=kind, canonical=canonical, raw=raw, display_name=new_name, is_self=new_self,
+            metadata=stored.metadata, now=self.now,
+        ))
         return stored.id, raw, new_name, new_self
 
     # -- conversations -----------------------------------------------------------------
@@ -452,13 +451,10 @@ class _Frame:
         stored = conversations.get(remote)
         if stored is not None:
             cid = self.conv_ids[remote] = stored.id
-        if stored is None or (stored.kind, stored.title, stored.remote_revision) != (
-            ev.kind, ev.title, ev.remote_revision
-        ):
-            self.wrote("conversations_written", conversations.upsert(
-                id=cid, remote_id=remote, kind=ev.kind, title=ev.title, remote_revision=ev.remote_revision,
-                now=self.now,
-            ))
+        self.wrote("conversations_written", conversations.upsert(  # (writes only a changed row: its guard)
+            id=cid, remote_id=remote, kind=ev.kind, title=ev.title, remote_revision=ev.remote_revision,
+            now=self.now,
+        ))
 
         rows = [
             RosterRow(self.identity(ref, f"{what}: participant", key)[0], role, ref.name, active)
