@@ -10,6 +10,16 @@ Phases nest (``append_frames`` holds most of the others); each row is inclusive.
 PostgreSQL a phase that makes the round trip carries the wait for everything sent with it
 (the batch's reads ride with the dedupe read, the writes with the ``COMMIT``).
 
+Each phase is shown twice: ``self``, its own time with every nested phase taken out, and
+``with nested``. The database is a phase of its own, so ``self`` of the others is Python:
+on SQLite a statement (``Tx._send``; ``BEGIN`` and ``COMMIT`` stay in the append's own
+time), on PostgreSQL a round trip (``Wire.run``: sending, the server's work, the wait, and
+the ``COMMIT``'s WAL flush).
+
+A second pass on a fresh database (``--calls``, on by default) counts the Python function
+calls and builtin calls a frame makes (``sys.setprofile``): counts, unlike times, are the
+same on every run, so two trees compare without noise.
+
 Functions a tree does not have are left out, so the same command measures an older tree
 (``PYTHONPATH=<worktree>/src``) beside this one. The timers cost about 0.5 µs a call; the
 frames/s printed is with them on.
@@ -51,6 +61,12 @@ PHASES = [
     ("tidings.ingest.on_append", "RequestRows.send", "the inbox row"),
 ]
 
+#: The database, timed like a phase (so that no other phase's ``self`` holds it).
+DATABASE = [
+    ("tidings.store.engine", "Tx._send", "SQLite: one statement run (PostgreSQL: the Python that queues it)"),
+    ("tidings.store.pg_wire", "Wire.run", "PostgreSQL: one round trip, server and wait included"),
+]
+
 
 def kind_of(sql: str) -> str:
     """``VERB table``: the first table a statement names after its verb's keyword
@@ -74,15 +90,17 @@ class Probes:
 
     def __init__(self) -> None:
         self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.own: collections.defaultdict[str, float] = collections.defaultdict(float)  # nested phases taken out
         self.calls: collections.Counter[str] = collections.Counter()
+        self._nested: list[float] = []  # per open phase: the time its nested phases took
         self.kinds: collections.Counter[str] = collections.Counter()
         self.found: list[tuple[str, str]] = []
         self._undo: list[tuple[Any, str, Any]] = []
 
     def __enter__(self) -> Probes:
-        for module, qualname, what in PHASES:
+        self._count()  # (first, so that a statement's timer holds its count)
+        for module, qualname, what in PHASES + DATABASE:
             self._time(module, qualname, what)
-        self._count()
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -92,6 +110,7 @@ class Probes:
 
     def clear(self) -> None:
         self.seconds.clear()
+        self.own.clear()
         self.calls.clear()
         self.kinds.clear()
 
@@ -108,15 +127,21 @@ class Probes:
             fn = getattr(owner, name)
         except (ImportError, AttributeError):
             return  # not in this tree
-        seconds, calls, clock = self.seconds, self.calls, time.perf_counter
+        seconds, own, calls, nested, clock = self.seconds, self.own, self.calls, self._nested, time.perf_counter
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            nested.append(0.0)
             t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                seconds[qualname] += clock() - t0
+                took = clock() - t0
+                inner = nested.pop()
+                if nested:
+                    nested[-1] += took
+                seconds[qualname] += took
+                own[qualname] += took - inner
                 calls[qualname] += 1
 
         self._patch(owner, name, timed)
@@ -164,43 +189,84 @@ def corpus(frames: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def run(backend: str, frames: int, seed: int) -> dict[str, Any]:
-    """One run of ``frames`` corpus frames, one a request, on a fresh database of ``backend``."""
-    from tidings.clock import FakeClock
-    from tidings.errors import TidingsError
-    from tidings.faults import Faults
-    from tidings.ingest.engine import Ingest
-    from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM, create_bridges
-    from tidings.store.engine import Store
+class Hub:
+    """The engine on a fresh database of ``backend``, driven one frame a request like
+    ``bench_ingest.run_ours``: ``Ingest.append_body``, then ``drain_if_due``, the clock
+    pinned to each frame's receipt time."""
 
+    def __init__(self, dbs: Databases, backend: str, requests: list[dict[str, Any]], name: str) -> None:
+        from tidings.clock import FakeClock
+        from tidings.faults import Faults
+        from tidings.ingest.engine import Ingest
+        from tidings.replay.harness import create_bridges
+        from tidings.store.engine import Store
+
+        self.requests = requests
+        self.clock = FakeClock(requests[0]["received_at_ms"])
+        self.store = Store(dbs.fresh(backend, name), clock=self.clock, faults=Faults())
+        self.bridges = create_bridges(self.store)
+        self.ingest = Ingest(store=self.store, faults=self.store.faults, clock=self.clock)
+        self.platform_of = self.ingest.codec_platforms()
+
+    def drive(self) -> None:
+        from tidings.errors import TidingsError
+        from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM
+
+        clock, ingest, bridges, platform_of = self.clock, self.ingest, self.bridges, self.platform_of
+        for raw in self.requests:
+            received = raw.get("received_at_ms")
+            if type(received) is int and received > 0:
+                clock.set(received)
+            codec = raw.get("codec")
+            platform = platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
+            try:
+                ingest.append_body(bridges[platform], raw, platform)
+            except TidingsError:
+                pass
+            ingest.worker.drain_if_due()
+
+    def close(self) -> None:
+        self.ingest.stop()
+        self.store.dispose()
+
+
+def count_calls(fn: Any) -> tuple[int, int]:
+    """(Python function calls, builtin calls) made while ``fn()`` runs on this thread."""
+    counts = {"call": 0, "c_call": 0}
+
+    def profile(_frame: Any, event: str, _arg: Any) -> None:
+        if event in counts:
+            counts[event] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return counts["call"], counts["c_call"]
+
+
+def run(backend: str, frames: int, seed: int, calls: bool = True) -> dict[str, Any]:
+    """One run of ``frames`` corpus frames, one a request, on a fresh database of ``backend``
+    (timed, with the probes), then, with ``calls``, the same frames on another fresh database
+    with the calls counted."""
     requests = corpus(frames, seed)
     dbs = Databases()
     try:
         with Probes() as probes:
-            url = dbs.fresh(backend, "phases")
-            clock = FakeClock(requests[0]["received_at_ms"])
-            store = Store(url, clock=clock, faults=Faults())
-            bridges = create_bridges(store)
-            ingest = Ingest(store=store, faults=store.faults, clock=clock)
-            platform_of = ingest.codec_platforms()
+            hub = Hub(dbs, backend, requests, "phases")
             probes.clear()
-            meter_before = store.meter.snapshot()
+            meter_before = hub.store.meter.snapshot()
             started = time.perf_counter()
-            for raw in requests:
-                received = raw.get("received_at_ms")
-                if type(received) is int and received > 0:
-                    clock.set(received)
-                codec = raw.get("codec")
-                platform = platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
-                try:
-                    ingest.append_body(bridges[platform], raw, platform)
-                except TidingsError:
-                    pass
-                ingest.worker.drain_if_due()
+            hub.drive()
             wall = time.perf_counter() - started
-            meter = {k: v - meter_before[k] for k, v in store.meter.snapshot().items()}
-            ingest.stop()
-            store.dispose()
+            meter = {k: v - meter_before[k] for k, v in hub.store.meter.snapshot().items()}
+            hub.close()
+        python_calls = builtin_calls = None
+        if calls:
+            hub = Hub(dbs, backend, requests, "calls")
+            python_calls, builtin_calls = count_calls(hub.drive)
+            hub.close()
     finally:
         dbs.close()
     n = len(requests)
@@ -211,14 +277,19 @@ def run(backend: str, frames: int, seed: int) -> dict[str, Any]:
         "us_per_frame": round(wall / n * 1e6, 1),
         "phases": [
             {"phase": q, "what": what, "us_per_frame": round(probes.seconds[q] / n * 1e6, 1),
+             "self_us_per_frame": round(probes.own[q] / n * 1e6, 1),
              "calls_per_frame": round(probes.calls[q] / n, 2)}
             for q, what in probes.found
         ],
+        # Outside every phase: the loop that drives the hub, and the worker's ``drain_if_due``.
+        "unphased_us_per_frame": round((wall - sum(probes.own.values())) / n * 1e6, 1),
         "statements_per_frame": {k: round(v / n, 3) for k, v in probes.kinds.most_common()},
         # The store's meter: every statement, BEGIN, COMMIT and savepoint statements included.
         "statements_per_frame_all": round(meter["statements"] / n, 2),
         "round_trips_per_frame": round(meter["round_trips"] / n, 2),
         "commits_per_frame": round(meter["commits"] / n, 3),
+        "python_calls_per_frame": None if python_calls is None else round(python_calls / n, 1),
+        "builtin_calls_per_frame": None if builtin_calls is None else round(builtin_calls / n, 1),
     }
 
 
@@ -228,22 +299,29 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=5000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--no-calls", dest="calls", action="store_false", help="skip the pass that counts calls")
     args = p.parse_args()
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
-    result = run(args.backend, args.frames, args.seed)
+    result = run(args.backend, args.frames, args.seed, args.calls)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"{result['backend']}: {result['frames']} frames, {result['frames_per_s']:,} frames/s, "
           f"{result['us_per_frame']} µs a frame (timers on)")
-    print(f"{'µs a frame':>11}  {'calls':>5}  phase")
+    print(f"{'µs a frame:':>11} {'self':>6} {'nested':>7}  {'calls':>5}  phase")
     for row in result["phases"]:
-        print(f"{row['us_per_frame']:>11.1f}  {row['calls_per_frame']:>5.2f}  {row['phase']}: {row['what']}")
+        print(f"{'':>11} {row['self_us_per_frame']:>6.1f} {row['us_per_frame']:>7.1f}  {row['calls_per_frame']:>5.2f}  "
+              f"{row['phase']}: {row['what']}")
+    print(f"{'':>11} {result['unphased_us_per_frame']:>6.1f} {'':>7}  {'':>5}  outside every phase (the loop that "
+          f"drives the hub, and the worker's drain_if_due)")
     print(f"statements a frame (the store's meter, BEGIN and COMMIT included): {result['statements_per_frame_all']}, "
           f"round trips a frame: {result['round_trips_per_frame']}")
     for kind, per in result["statements_per_frame"].items():
         print(f"{per:>11.3f}  {kind}")
+    if result["python_calls_per_frame"] is not None:
+        print(f"calls a frame (a second pass, counted): {result['python_calls_per_frame']:,} Python functions, "
+              f"{result['builtin_calls_per_frame']:,} builtins")
 
 
 if __name__ == "__main__":

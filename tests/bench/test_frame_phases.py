@@ -1,6 +1,7 @@
 """``bench/frame_phases.py`` must not rot: on each backend it times every phase of a lone
-frame, counts its statements by kind, and leaves the process as it found it (its probes
-patch the store and the engine while it runs). Speed is never asserted."""
+frame (with and without its nested phases, the database a phase of its own), counts its
+statements by kind and, in a second pass, its calls, and leaves the process as it found it
+(its probes patch the store and the engine while it runs). Speed is never asserted."""
 
 from __future__ import annotations
 
@@ -25,9 +26,21 @@ def test_frame_phases_times_every_phase_and_puts_the_code_back(backend):
     result = frame_phases.run(backend, 150, 7)
 
     assert (engine.Tx._send, engine.Tx.savepoint, pg_wire.Wire.run, on_append.insert_applied) == originals
-    assert [row["phase"] for row in result["phases"]] == [q for _m, q, _w in frame_phases.PHASES]  # all in this tree
+    expected = [q for _m, q, _w in frame_phases.PHASES + frame_phases.DATABASE]  # all in this tree
+    assert [row["phase"] for row in result["phases"]] == expected
     calls = {row["phase"]: row["calls_per_frame"] for row in result["phases"]}
     assert calls["Ingest.append_body"] == 1.0 and calls["Batch.flush"] == 1.0
+    # Each phase's own time leaves out what its nested phases took, the database included.
+    rows = {row["phase"]: row for row in result["phases"]}
+    database = "Wire.run" if backend == "postgresql" else "Tx._send"
+    assert rows[database]["self_us_per_frame"] > 0
+    top = rows["Ingest.append_body"]
+    assert top["self_us_per_frame"] < top["us_per_frame"] / 2  # most of an append is in its phases
+    for row in result["phases"]:
+        assert 0 <= row["self_us_per_frame"] <= row["us_per_frame"]
+    assert result["unphased_us_per_frame"] >= 0  # (the own times add up to no more than the wall time)
+    # The counted pass: the same frames again, every call counted.
+    assert result["python_calls_per_frame"] > 100 and result["builtin_calls_per_frame"] > 100
     assert result["statements_per_frame"]["INSERT inbox"] > 0.9
     assert result["commits_per_frame"] == 1.0
     if backend == "postgresql":
