@@ -32,8 +32,10 @@ from benchlib import (
     floor,
     inbox_outcomes,
     latency_ms,
+    new_store,
     ratio,
     raw_connect,
+    route,
     table_counts,
 )
 from tidings.ingest import grouping
@@ -106,26 +108,6 @@ def _first_time(parsed: list[dict[str, Any] | None]) -> int:
     return 1_700_000_000_000
 
 
-def _route(raw: dict[str, Any], platform_of: dict[str, str]) -> str:
-    from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM
-
-    codec = raw.get("codec")
-    return platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
-
-
-def new_store(url: str, start_ms: int) -> tuple[Any, Any, dict[str, str]]:
-    """A migrated store on a pinned clock with one bridge per platform (the harness's ids)."""
-    from tidings.clock import FakeClock
-    from tidings.faults import Faults
-    from tidings.replay.harness import create_bridges
-    from tidings.store.engine import Store
-
-    clock = FakeClock(start_ms)
-    store = Store(url, clock=clock, faults=Faults())
-    bridges = create_bridges(store)
-    return store, clock, bridges
-
-
 def _throughput(frames: int, wall: float, commits: int) -> dict[str, Any]:
     """The figures every ingest run reports: frames, wall time, frames/s, commits (per frame)."""
     return {"frames": frames, "wall_s": round(wall, 3), "frames_per_s": round(frames / wall, 1),
@@ -173,7 +155,7 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
                 received = raw.get("received_at_ms")
                 if type(received) is int and received > 0:
                     clock.set(received)
-                platform = _route(raw, platform_of)
+                platform = route(raw, platform_of)
                 try:
                     ingest.append_body(bridges[platform], raw, platform)
                 except TidingsError:
@@ -230,7 +212,7 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
                 received = raw.get("received_at_ms")
                 if type(received) is int and received > latest:
                     latest = received
-                groups.setdefault(_route(raw, platform_of), []).append(raw)
+                groups.setdefault(route(raw, platform_of), []).append(raw)
             if latest:
                 clock.set(latest)
             for platform, frames in groups.items():
@@ -276,7 +258,7 @@ def run_drain(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter,
     groups: dict[str, list[dict[str, Any]]] = {}
     for raw in parsed:
         if raw is not None:
-            groups.setdefault(_route(raw, platform_of), []).append(raw)
+            groups.setdefault(route(raw, platform_of), []).append(raw)
     for platform, frames in groups.items():
         for first in range(0, len(frames), BATCH):
             try:
@@ -338,7 +320,7 @@ def run_concurrent(url: str, parsed: list[dict[str, Any] | None], reporter: Repo
         {p: create_bridge(store, platform=p, name=f"client {c} {p}")["id"] for p in ("signal", "whatsapp", "google")}
         for c in range(clients)
     ]
-    routes = [None if raw is None else _route(raw, platform_of) for raw in work]
+    routes = [None if raw is None else route(raw, platform_of) for raw in work]
     rejected = [0] * clients
     total = clients * len(work)
     meter_before = store.meter.snapshot()
@@ -517,7 +499,7 @@ def run_naive(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter,
             if raw is None:
                 rejected += 1
             else:
-                platform = _route(raw, platform_of)
+                platform = route(raw, platform_of)
                 naive.append(raw, bridges[platform], platform)
             per_frame.append(perf() - t0)
             if index % 256 == 0:

@@ -408,3 +408,26 @@ def floor(url: str, statements: int = 2000, commits: int = 500) -> dict[str, Any
         return out
     finally:
         conn.close()
+
+
+# -- the hub under a bench (tidings imported on call: ``frame_phases`` runs older trees) -------
+def new_store(url: str, start_ms: int) -> tuple[Any, Any, dict[str, str]]:
+    """A migrated store on a pinned clock with one bridge per platform (the harness's ids)."""
+    from tidings.clock import FakeClock
+    from tidings.faults import Faults
+    from tidings.replay.harness import create_bridges
+    from tidings.store.engine import Store
+
+    clock = FakeClock(start_ms)
+    store = Store(url, clock=clock, faults=Faults())
+    bridges = create_bridges(store)
+    return store, clock, bridges
+
+
+def route(raw: dict[str, Any], platform_of: dict[str, str]) -> str:
+    """The platform whose bridge a corpus frame goes to (its codec's; unknown codecs to the
+    harness's bridge for them)."""
+    from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM
+
+    codec = raw.get("codec")
+    return platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM

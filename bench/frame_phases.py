@@ -6,19 +6,18 @@
 Drives the engine like ``bench_ingest.run_ours`` (one frame a request through
 ``Ingest.append_body``, then ``drain_if_due``, the clock pinned to each frame's receipt time)
 with a timer around each phase's function, and counts the statements a frame sends by kind.
-Phases nest (``append_frames`` holds most of the others); each row is inclusive. On
-PostgreSQL a phase that makes the round trip carries the wait for everything sent with it
-(the batch's reads ride with the dedupe read, the writes with the ``COMMIT``).
-
-Each phase is shown twice: ``self``, its own time with every nested phase taken out, and
-``with nested``. The database is a phase of its own, so ``self`` of the others is Python:
+Phases nest (``append_frames`` holds most of the others), so each is shown twice:
+``self``, its own time with every nested phase taken out, and ``nested``, with them. The
+database is a phase of its own, so ``self`` of the others is Python:
 on SQLite a statement (``Tx._send``; ``BEGIN`` and ``COMMIT`` stay in the append's own
 time), on PostgreSQL a round trip (``Wire.run``: sending, the server's work, the wait, and
-the ``COMMIT``'s WAL flush).
+the ``COMMIT``'s WAL flush; the batch's reads ride with the dedupe read, the writes with
+the ``COMMIT``).
 
-A second pass on a fresh database (``--calls``, on by default) counts the Python function
-calls and builtin calls a frame makes (``sys.setprofile``): counts, unlike times, are the
-same on every run, so two trees compare without noise.
+A second pass on a fresh database (skipped with ``--no-calls``) counts the Python function
+calls (a generator's resume counts as one) and builtin calls a frame makes
+(``sys.setprofile``): counts, unlike times, are the same on every run, so two trees compare
+without noise.
 
 Functions a tree does not have are left out, so the same command measures an older tree
 (``PYTHONPATH=<worktree>/src``) beside this one. The timers cost about 0.5 µs a call; the
@@ -39,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Databases  # noqa: E402
+from benchlib import Databases, new_store, route  # noqa: E402
 
 #: (module, qualified name, what it is), outermost first.
 PHASES = [
@@ -191,34 +190,26 @@ def corpus(frames: int, seed: int) -> list[dict[str, Any]]:
 
 class Hub:
     """The engine on a fresh database of ``backend``, driven one frame a request like
-    ``bench_ingest.run_ours``: ``Ingest.append_body``, then ``drain_if_due``, the clock
-    pinned to each frame's receipt time."""
+    ``bench_ingest.run_ours`` (``benchlib.new_store`` and ``route``): ``Ingest.append_body``,
+    then ``drain_if_due``, the clock pinned to each frame's receipt time."""
 
     def __init__(self, dbs: Databases, backend: str, requests: list[dict[str, Any]], name: str) -> None:
-        from tidings.clock import FakeClock
-        from tidings.faults import Faults
         from tidings.ingest.engine import Ingest
-        from tidings.replay.harness import create_bridges
-        from tidings.store.engine import Store
 
         self.requests = requests
-        self.clock = FakeClock(requests[0]["received_at_ms"])
-        self.store = Store(dbs.fresh(backend, name), clock=self.clock, faults=Faults())
-        self.bridges = create_bridges(self.store)
+        self.store, self.clock, self.bridges = new_store(dbs.fresh(backend, name), requests[0]["received_at_ms"])
         self.ingest = Ingest(store=self.store, faults=self.store.faults, clock=self.clock)
-        self.platform_of = self.ingest.codec_platforms()
+        platform_of = self.ingest.codec_platforms()
+        self.platforms = [route(raw, platform_of) for raw in requests]  # (routed here, outside what is measured)
 
     def drive(self) -> None:
         from tidings.errors import TidingsError
-        from tidings.replay.harness import UNKNOWN_CODEC_PLATFORM
 
-        clock, ingest, bridges, platform_of = self.clock, self.ingest, self.bridges, self.platform_of
-        for raw in self.requests:
+        clock, ingest, bridges = self.clock, self.ingest, self.bridges
+        for raw, platform in zip(self.requests, self.platforms, strict=True):
             received = raw.get("received_at_ms")
             if type(received) is int and received > 0:
                 clock.set(received)
-            codec = raw.get("codec")
-            platform = platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
             try:
                 ingest.append_body(bridges[platform], raw, platform)
             except TidingsError:
