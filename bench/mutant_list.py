@@ -1374,3 +1374,20 @@ add("batch.hook_frame_savepoint_dropped", "src/tidings/ingest/apply.py",
     t(BATCH, "test_a_frame_that_fails_after_the_link_hook_ran_leaves_neither_its_rows_nor_the_hooks_writes"),
     why="a frame that may call the link hook runs without its own savepoint: when it fails after the hook "
         "wrote (posted into a channel), the hook's writes stay while the frame is quarantined")
+# D122: the stuck fault of the replay harness and the stuck bench is a projection seam that
+# hands each frame on to the real projection, so the frames it does not fail are batched.
+STUCK_FIDELITY = "test_beside_the_stuck_fault_a_frame_that_is_not_stuck_costs_what_it_costs_without_it"
+add("harness.stuck_fault_unbatched", APPLY_SRC,
+    '        return project is projection.project_frame or getattr(project, "batches", False) is True\n',
+    "        return project is projection.project_frame\n",
+    t("tests/replay/test_replay.py", STUCK_FIDELITY),
+    backend="both",
+    why="a seam that wraps the real projection turns batching off: beside the stuck fault every later frame "
+        "takes a savepoint and reads its rows in a round trip of its own, and the stuck bench measures a path "
+        "production never takes")
+add("append.broken_append_left_uncounted", "src/tidings/ingest/engine.py",
+    '                    self.counters.of(bridge_id).incr("left_for_worker", left)\n',
+    "                    pass\n",
+    t("tests/replay/test_replay.py", STUCK_FIDELITY),
+    why="frames appended again without apply on append, after it broke the transaction, are left for the "
+        "drain uncounted: left_for_worker hides them")

@@ -165,6 +165,59 @@ def test_stuck_frames_cost_later_frames_little_and_nothing_stays_after_restart(c
     assert "unprocessed after restart" in out
 
 
+def test_beside_the_stuck_fault_a_frame_that_is_not_stuck_costs_what_it_costs_without_it(store, clock, faults):
+    """The stuck fault wraps the real projection, so a frame it does not fail is projected
+    in the request's batch as in production (the seam's ``batches``): the same statements
+    and round trips as with no fault; a stuck frame is left for the drain, counted."""
+    from tidings.ingest.engine import Ingest
+    from tidings.replay.harness import Contention, ReplayInboxIds, StuckFault
+
+    payload = json.loads((Path(__file__).parents[1] / "ingest" / "fixtures" / "signal_text_direct.json").read_text())
+
+    def body(n: int) -> dict:
+        p = json.loads(json.dumps(payload))
+        p["params"]["envelope"]["timestamp"] += n
+        p["params"]["envelope"]["dataMessage"]["timestamp"] += n
+        p["params"]["envelope"]["dataMessage"]["message"] = f"message {n}"
+        return {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": f"k{n}", "payload": p}
+
+    from tidings.bridges.registry import create_bridge
+
+    contention = Contention(store)
+    fault = StuckFault(contention)
+    ids = ReplayInboxIds()
+    stuck_next = []
+    ids.minted = lambda inbox_id: fault.ids.add(inbox_id) if stuck_next else None
+    faulted = Ingest(store=store, faults=faults, clock=clock, project=fault, inbox_ids=ids, sleep=lambda _s: None)
+    plain = Ingest(store=store, faults=faults, clock=clock)
+    try:
+        costs = {}
+        for name, ingest in (("plain", plain), ("faulted", faulted)):
+            bridge = create_bridge(store, platform="signal", name=name)["id"]
+            ingest.append_body(bridge, body(0), "signal")  # first sighting: reads the bridge, mints rows
+            before = store.meter.snapshot()
+            [res] = ingest.append_body(bridge, body(1), "signal")
+            after = store.meter.snapshot()
+            assert not res.replay
+            costs[name] = {k: after[k] - before[k] for k in after}
+        assert costs["faulted"] == costs["plain"]
+        if store.dialect == "postgresql":
+            assert costs["plain"]["round_trips"] == 2
+        # A stuck frame still fails on every attempt with a real transient error: apply on
+        # append leaves it for the drain (counted), whose attempts fail it too.
+        stuck_next.append(True)
+        [res] = faulted.append_body(bridge, body(2), "signal")
+        assert res.inbox_id in fault.ids and fault.decodes == 1
+        counters = faulted.counters.of(bridge).snapshot()
+        assert counters["left_for_worker"] == 1 and counters["projected"] == 2
+        faulted.worker.drain_if_due()
+        assert fault.decodes == 5 and len(faulted.worker.retries) == 1
+    finally:
+        faulted.stop()
+        plain.stop()
+        contention.close()
+
+
 def test_stuck_frames_may_fail_after_their_whole_projection(corpus, tmp_path):
     """``--stuck-at projected``: each attempt projects, then fails; the restart still
     leaves nothing unprocessed, and no stuck frame's rows were committed before it."""

@@ -358,9 +358,12 @@ class FrameApplier:
 
     @property
     def batches(self) -> bool:
-        """Whether frames are projected in batches: the real projection (a test seam reads
-        and writes on its own)."""
-        return self.project is projection.project_frame
+        """Whether frames are projected in batches: the real projection, or a seam that
+        says it hands each frame on to the real projection with its context, batch and all
+        (``batches = True``, the replay harness's stuck fault). Any other seam reads and
+        writes on its own, one frame in a savepoint."""
+        project = self.project
+        return project is projection.project_frame or getattr(project, "batches", False) is True
 
     def batch(self, tx: Tx, bridge_id: str, decoded: list[Decoded]) -> Batch | None:
         """A batch for frames of ``bridge_id`` decoded ahead (apply on append, a drain

@@ -18,7 +18,7 @@ INGEST_COUNTERS = (
     "decoded_events",      # events produced by successful decodes (retries count again)
     "projected",           # frames whose projection committed (applied)
     "applied_on_append",   # ... of which (or quarantined) in their own append transaction
-    "left_for_worker",     # apply on append failed transiently: the drain takes the frame
+    "left_for_worker",     # apply on append failed transiently, or broke its transaction: the drain takes the frame
     "imported",            # message events after the first in one frame
     "messages_written",    # message rows inserted or changed
     "conversations_written",  # conversation rows inserted or changed

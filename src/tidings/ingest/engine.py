@@ -214,6 +214,8 @@ class Ingest:
                     bridge_id=bridge_id, error=f"{type(cause).__name__}: {cause}",
                 )
                 results, left = self._append(bridge_id, frames, apply=False)
+                if left:  # committed: apply on append applied none of them, the drain takes them
+                    self.counters.of(bridge_id).incr("left_for_worker", left)
         else:
             results, left = self._append(bridge_id, frames, apply=False)
         counters = self.counters.of(bridge_id)

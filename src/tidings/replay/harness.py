@@ -246,7 +246,13 @@ class StuckFault:
     validated, before the projection (where the worker's own ``ingest.busy`` fault point
     is). ``at="projected"``: the whole projection runs, then the attempt fails, so every
     row it wrote is rolled back (the costliest place). Either way the error is real.
+
+    It hands each frame on to the real projection with its context, so the frames are
+    projected in batches as without the fault (``batches``): a frame that is not stuck
+    costs what it costs in production.
     """
+
+    batches = True
 
     def __init__(self, contention: Contention, at: str = "decoded") -> None:
         from ..ingest.projection import project_frame
