@@ -245,7 +245,7 @@ class StuckFault:
     ``at="decoded"``: the attempt fails right after its frame was loaded, decoded and
     validated, before the projection (where the worker's own ``ingest.busy`` fault point
     is). ``at="projected"``: the whole projection runs, then the attempt fails, so every
-    row it wrote is rolled back (the costliest place). Either way the error is real.
+    row it changed is taken back (the costliest place). Either way the error is real.
 
     It hands each frame on to the real projection with its context, so the frames are
     projected in batches as without the fault (``batches``): a frame that is not stuck
