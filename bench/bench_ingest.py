@@ -29,6 +29,7 @@ from benchlib import (
     Databases,
     Reporter,
     RunCpu,
+    feed,
     floor,
     inbox_outcomes,
     latency_ms,
@@ -127,7 +128,6 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
     requests would arrive. ``batch`` > 1: what a batching bridge sends instead, the next
     ``batch`` frames of the corpus as one ``{"frames": [...]}`` request per platform (one
     transaction each, a savepoint per frame), each platform's frames in corpus order."""
-    from tidings.errors import TidingsError
     from tidings.ingest.engine import Ingest
 
     store, clock, bridges = new_store(url, _first_time(parsed))
@@ -152,15 +152,9 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
             if raw is None:
                 rejected += 1
             else:
-                received = raw.get("received_at_ms")
-                if type(received) is int and received > 0:
-                    clock.set(received)
                 platform = route(raw, platform_of)
-                try:
-                    ingest.append_body(bridges[platform], raw, platform)
-                except TidingsError:
+                if not feed(ingest, clock, bridges[platform], raw, platform):
                     rejected += 1
-                ingest.worker.drain_if_due()
             per_frame.append(perf() - t0)
             if index % 256 == 0:
                 update(index)

@@ -431,3 +431,21 @@ def route(raw: dict[str, Any], platform_of: dict[str, str]) -> str:
 
     codec = raw.get("codec")
     return platform_of.get(codec, UNKNOWN_CODEC_PLATFORM) if isinstance(codec, str) else UNKNOWN_CODEC_PLATFORM
+
+
+def feed(ingest: Any, clock: Any, bridge_id: str, raw: dict[str, Any], platform: str) -> bool:
+    """One corpus frame as a bridge sends it, one a request: the clock pinned to its receipt
+    time, ``Ingest.append_body``, then the worker's ``drain_if_due``. False when the append
+    was refused (a ``TidingsError``: the frame is malformed)."""
+    from tidings.errors import TidingsError
+
+    received = raw.get("received_at_ms")
+    if type(received) is int and received > 0:
+        clock.set(received)
+    try:
+        ingest.append_body(bridge_id, raw, platform)
+        accepted = True
+    except TidingsError:
+        accepted = False
+    ingest.worker.drain_if_due()
+    return accepted

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Databases, new_store, route  # noqa: E402
+from benchlib import Databases, feed, new_store, route  # noqa: E402
 
 #: (module, qualified name, what it is), outermost first.
 PHASES = [
@@ -189,9 +189,8 @@ def corpus(frames: int, seed: int) -> list[dict[str, Any]]:
 
 
 class Hub:
-    """The engine on a fresh database of ``backend``, driven one frame a request like
-    ``bench_ingest.run_ours`` (``benchlib.new_store`` and ``route``): ``Ingest.append_body``,
-    then ``drain_if_due``, the clock pinned to each frame's receipt time."""
+    """The engine on a fresh database of ``backend``, driven one frame a request as
+    ``bench_ingest.run_ours`` drives it (``benchlib.new_store``, ``route`` and ``feed``)."""
 
     def __init__(self, dbs: Databases, backend: str, requests: list[dict[str, Any]], name: str) -> None:
         from tidings.ingest.engine import Ingest
@@ -203,18 +202,9 @@ class Hub:
         self.platforms = [route(raw, platform_of) for raw in requests]  # (routed here, outside what is measured)
 
     def drive(self) -> None:
-        from tidings.errors import TidingsError
-
         clock, ingest, bridges = self.clock, self.ingest, self.bridges
         for raw, platform in zip(self.requests, self.platforms, strict=True):
-            received = raw.get("received_at_ms")
-            if type(received) is int and received > 0:
-                clock.set(received)
-            try:
-                ingest.append_body(bridges[platform], raw, platform)
-            except TidingsError:
-                pass
-            ingest.worker.drain_if_due()
+            feed(ingest, clock, bridges[platform], raw, platform)
 
     def close(self) -> None:
         self.ingest.stop()

@@ -169,18 +169,13 @@ def test_beside_the_stuck_fault_a_frame_that_is_not_stuck_costs_what_it_costs_wi
     """The stuck fault wraps the real projection, so a frame it does not fail is projected
     in the request's batch as in production (the seam's ``batches``): the same statements
     and round trips as with no fault; a stuck frame is left for the drain, counted."""
+    from bridgekit import signal_envelope, signal_frame
     from tidings.bridges.registry import create_bridge
     from tidings.ingest.engine import Ingest
     from tidings.replay.harness import Contention, ReplayInboxIds, StuckFault
 
-    payload = json.loads((Path(__file__).parents[1] / "ingest" / "fixtures" / "signal_text_direct.json").read_text())
-
     def body(n: int) -> dict:
-        p = json.loads(json.dumps(payload))
-        p["params"]["envelope"]["timestamp"] += n
-        p["params"]["envelope"]["dataMessage"]["timestamp"] += n
-        p["params"]["envelope"]["dataMessage"]["message"] = f"message {n}"
-        return {"codec": "signal.jsonrpc", "codec_version": 1, "dedupe_key": f"k{n}", "payload": p}
+        return signal_frame(signal_envelope(1_700_000_000_000 + n, f"message {n}"))
 
     contention = Contention(store)
     fault = StuckFault(contention)
