@@ -30,6 +30,7 @@ from benchlib import (
     Reporter,
     RunCpu,
     feed,
+    feed_batch,
     floor,
     inbox_outcomes,
     latency_ms,
@@ -187,8 +188,6 @@ def run_ours(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, 
 def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Reporter, label: str, batch: int,
                  store: Any, clock: Any, bridges: dict[str, str], ingest: Any,
                  platform_of: dict[str, str], meter_before: dict[str, int]) -> dict[str, Any]:
-    from tidings.errors import TidingsError
-
     total = len(parsed)
     rejected = requests = 0
     commits_before = store.commits
@@ -197,25 +196,11 @@ def _run_batched(url: str, parsed: list[dict[str, Any] | None], reporter: Report
         cpu = RunCpu(url)
         started = perf()
         for first in range(0, total, batch):
-            groups: dict[str, list[dict[str, Any]]] = {}
-            latest = 0
-            for raw in parsed[first:first + batch]:
-                if raw is None:
-                    rejected += 1
-                    continue
-                received = raw.get("received_at_ms")
-                if type(received) is int and received > latest:
-                    latest = received
-                groups.setdefault(route(raw, platform_of), []).append(raw)
-            if latest:
-                clock.set(latest)
-            for platform, frames in groups.items():
-                requests += 1
-                try:
-                    ingest.append_body(bridges[platform], {"frames": frames}, platform)
-                except TidingsError:
-                    rejected += len(frames)  # a 400 at the HTTP edge rejects the whole request
-            ingest.worker.drain_if_due()
+            raws = [raw for raw in parsed[first:first + batch] if raw is not None]
+            rejected += min(batch, total - first) - len(raws)
+            sent, refused = feed_batch(ingest, clock, bridges, raws, [route(raw, platform_of) for raw in raws])
+            requests += sent
+            rejected += refused
             update(min(first + batch, total))
         wall = perf() - started
         cpu.stop()

@@ -449,3 +449,30 @@ def feed(ingest: Any, clock: Any, bridge_id: str, raw: dict[str, Any], platform:
         accepted = False
     ingest.worker.drain_if_due()
     return accepted
+
+
+def feed_batch(ingest: Any, clock: Any, bridges: dict[str, str], raws: list[dict[str, Any]],
+               platforms: list[str]) -> tuple[int, int]:
+    """Frames as a batching bridge sends them: one ``{"frames": [...]}`` request per
+    platform (each platform's frames in the order given), the clock pinned to the latest
+    receipt time among them, then the worker's ``drain_if_due``. Returns (requests sent,
+    frames refused: a refused request refuses all of its frames, as a 400 would)."""
+    from tidings.errors import TidingsError
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    latest = 0
+    for raw, to in zip(raws, platforms, strict=True):
+        received = raw.get("received_at_ms")
+        if type(received) is int and received > latest:
+            latest = received
+        groups.setdefault(to, []).append(raw)
+    if latest:
+        clock.set(latest)
+    refused = 0
+    for to, frames in groups.items():
+        try:
+            ingest.append_body(bridges[to], {"frames": frames}, to)
+        except TidingsError:
+            refused += len(frames)
+    ingest.worker.drain_if_due()
+    return len(groups), refused

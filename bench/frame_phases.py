@@ -2,9 +2,11 @@
 
     uv run python bench/frame_phases.py --backend sqlite --frames 5000
     uv run python bench/frame_phases.py --backend postgresql --frames 5000 --json out.json
+    uv run python bench/frame_phases.py --backend postgresql --frames 10000 --batch 100
 
 Drives the engine like ``bench_ingest.run_ours`` (one frame a request through
-``Ingest.append_body``, then ``drain_if_due``, the clock pinned to each frame's receipt time)
+``Ingest.append_body``, then ``drain_if_due``, the clock pinned to each frame's receipt time;
+with ``--batch N``, N frames at a time as one request a platform, as its batched run does)
 with a timer around each phase's function, and counts the statements a frame sends by kind.
 Phases nest (``append_frames`` holds most of the others), so each is shown twice:
 ``self``, its own time with every nested phase taken out, and ``nested``, with them. The
@@ -38,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Databases, feed, new_store, route  # noqa: E402
+from benchlib import Databases, feed, feed_batch, new_store, route  # noqa: E402
 
 #: (module, qualified name, what it is), outermost first.
 PHASES = [
@@ -151,6 +153,7 @@ class Probes:
 
         kinds = self.kinds
         send, savepoint, run = engine.Tx._send, engine.Tx.savepoint, pg_wire.Wire.run
+        many = getattr(engine.Tx, "execute_many", None)
 
         def counted_send(tx: Any, sql: str, params: Any) -> Any:
             if tx.dialect != "postgresql":  # (PostgreSQL's go out through ``Wire.run``)
@@ -167,7 +170,13 @@ class Probes:
                 kinds[kind_of(entry[0])] += 1
             run(wire, batch)
 
+        def counted_many(tx: Any, stmt: Any, rows: Any) -> int:  # SQLite: one statement, many rows
+            kinds[kind_of(stmt.compiled(tx.dialect)[0])] += 1
+            return many(tx, stmt, rows)
+
         self._patch(engine.Tx, "_send", counted_send)
+        if many is not None:
+            self._patch(engine.Tx, "execute_many", counted_many)
         self._patch(engine.Tx, "savepoint", counted_savepoint)
         self._patch(pg_wire.Wire, "run", counted_run)
 
@@ -189,22 +198,29 @@ def corpus(frames: int, seed: int) -> list[dict[str, Any]]:
 
 
 class Hub:
-    """The engine on a fresh database of ``backend``, driven one frame a request as
-    ``bench_ingest.run_ours`` drives it (``benchlib.new_store``, ``route`` and ``feed``)."""
+    """The engine on a fresh database of ``backend``, driven as ``bench_ingest.run_ours``
+    drives it (``benchlib.new_store``, ``route``, and ``feed`` one frame a request or
+    ``feed_batch`` with ``batch`` frames at a time)."""
 
-    def __init__(self, dbs: Databases, backend: str, requests: list[dict[str, Any]], name: str) -> None:
+    def __init__(self, dbs: Databases, backend: str, requests: list[dict[str, Any]], name: str,
+                 batch: int = 1) -> None:
         from tidings.ingest.engine import Ingest
 
         self.requests = requests
+        self.batch = batch
         self.store, self.clock, self.bridges = new_store(dbs.fresh(backend, name), requests[0]["received_at_ms"])
         self.ingest = Ingest(store=self.store, faults=self.store.faults, clock=self.clock)
         platform_of = self.ingest.codec_platforms()
         self.platforms = [route(raw, platform_of) for raw in requests]  # (routed here, outside what is measured)
 
     def drive(self) -> None:
-        clock, ingest, bridges = self.clock, self.ingest, self.bridges
-        for raw, platform in zip(self.requests, self.platforms, strict=True):
-            feed(ingest, clock, bridges[platform], raw, platform)
+        clock, ingest, bridges, batch = self.clock, self.ingest, self.bridges, self.batch
+        if batch == 1:
+            for raw, platform in zip(self.requests, self.platforms, strict=True):
+                feed(ingest, clock, bridges[platform], raw, platform)
+            return
+        for first in range(0, len(self.requests), batch):
+            feed_batch(ingest, clock, bridges, self.requests[first:first + batch], self.platforms[first:first + batch])
 
     def close(self) -> None:
         self.ingest.stop()
@@ -227,15 +243,15 @@ def count_calls(fn: Any) -> tuple[int, int]:
     return counts["call"], counts["c_call"]
 
 
-def run(backend: str, frames: int, seed: int, calls: bool = True) -> dict[str, Any]:
-    """One run of ``frames`` corpus frames, one a request, on a fresh database of ``backend``
-    (timed, with the probes), then, with ``calls``, the same frames on another fresh database
-    with the calls counted."""
+def run(backend: str, frames: int, seed: int, calls: bool = True, batch: int = 1) -> dict[str, Any]:
+    """One run of ``frames`` corpus frames, ``batch`` at a time (one a request, or one
+    request a platform), on a fresh database of ``backend`` (timed, with the probes), then,
+    with ``calls``, the same frames on another fresh database with the calls counted."""
     requests = corpus(frames, seed)
     dbs = Databases()
     try:
         with Probes() as probes:
-            hub = Hub(dbs, backend, requests, "phases")
+            hub = Hub(dbs, backend, requests, "phases", batch)
             probes.clear()
             meter_before = hub.store.meter.snapshot()
             started = time.perf_counter()
@@ -245,7 +261,7 @@ def run(backend: str, frames: int, seed: int, calls: bool = True) -> dict[str, A
             hub.close()
         python_calls = builtin_calls = None
         if calls:
-            hub = Hub(dbs, backend, requests, "calls")
+            hub = Hub(dbs, backend, requests, "calls", batch)
             python_calls, builtin_calls = count_calls(hub.drive)
             hub.close()
     finally:
@@ -254,6 +270,7 @@ def run(backend: str, frames: int, seed: int, calls: bool = True) -> dict[str, A
     return {
         "backend": backend,
         "frames": n,
+        "batch": batch,
         "frames_per_s": round(n / wall),
         "us_per_frame": round(wall / n * 1e6, 1),
         "phases": [
@@ -280,15 +297,19 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=5000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--json", metavar="PATH")
+    p.add_argument("--batch", type=int, default=1,
+                   help="frames at a time, sent as one request a platform (default 1: one frame a request)")
     p.add_argument("--no-calls", dest="calls", action="store_false", help="skip the pass that counts calls")
     args = p.parse_args()
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
-    result = run(args.backend, args.frames, args.seed, args.calls)
+    if args.batch < 1:
+        p.error("--batch must be at least 1")
+    result = run(args.backend, args.frames, args.seed, args.calls, args.batch)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(f"{result['backend']}: {result['frames']} frames, {result['frames_per_s']:,} frames/s, "
+    print(f"{result['backend']}: {result['frames']} frames, {result['batch']} at a time, {result['frames_per_s']:,} frames/s, "
           f"{result['us_per_frame']} µs a frame (timers on)")
     print(f"{'µs a frame:':>11} {'self':>6} {'nested':>7}  {'calls':>5}  phase")
     for row in result["phases"]:

@@ -46,3 +46,20 @@ def test_frame_phases_times_every_phase_and_puts_the_code_back(backend):
     if backend == "postgresql":
         assert 2.0 <= result["round_trips_per_frame"] < 2.1  # (a duplicate, a held frame: one more)
         assert result["statements_per_frame"]["BEGIN"] == result["statements_per_frame"]["COMMIT"] == 1.0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_frame_phases_drives_a_batching_bridge_as_the_batched_bench_does(backend):
+    """``--batch N``: N frames at a time as one request a platform (``benchlib.feed_batch``,
+    the batched ingest bench's own step), so one append and one commit a request."""
+    many = engine.Tx.execute_many
+    result = frame_phases.run(backend, 300, 7, calls=False, batch=100)
+
+    assert engine.Tx.execute_many is many  # (its probe, SQLite's many-row statements, put back)
+
+    calls = {row["phase"]: row["calls_per_frame"] for row in result["phases"]}
+    assert result["batch"] == 100 and result["python_calls_per_frame"] is None
+    assert 0 < calls["Ingest.append_body"] < 0.1  # a request holds the frames of one platform
+    assert result["commits_per_frame"] == calls["Ingest.append_body"]  # one commit a request
+    assert calls["FrameApplier.decode_ahead"] == 1.0  # every frame decoded, once
+    assert result["statements_per_frame"]["INSERT inbox"] == calls["Ingest.append_body"]  # one insert a request
