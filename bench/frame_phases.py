@@ -21,6 +21,11 @@ calls (a generator's resume counts as one) and builtin calls a frame makes
 (``sys.setprofile``): counts, unlike times, are the same on every run, so two trees compare
 without noise.
 
+With ``--cprofile N``, a third pass on another fresh database runs under ``cProfile`` and
+prints the N functions with the most time of their own, a frame: the profiler inflates
+Python's time, much less the time inside C calls such as ``sqlite3``'s ``execute``, so it
+shows what the database calls themselves take.
+
 Functions a tree does not have are left out, so the same command measures an older tree
 (``PYTHONPATH=<worktree>/src``) beside this one. The timers cost about 0.5 µs a call; the
 frames/s printed is with them on.
@@ -243,10 +248,30 @@ def count_calls(fn: Any) -> tuple[int, int]:
     return counts["call"], counts["c_call"]
 
 
-def run(backend: str, frames: int, seed: int, calls: bool = True, batch: int = 1) -> dict[str, Any]:
+def profile_top(fn: Any, n: int, frames: int) -> list[dict[str, Any]]:
+    """The ``n`` functions with the most time of their own while ``fn()`` runs under
+    ``cProfile``, each a frame: calls, own µs, µs with what it calls."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:n]
+    out = []
+    for (filename, line, name), (_primitive, ncalls, own, cumulative, _callers) in rows:
+        where = name if filename == "~" else f"{Path(filename).name}:{line}({name})"
+        out.append({"function": where, "calls_per_frame": round(ncalls / frames, 2),
+                    "self_us_per_frame": round(own / frames * 1e6, 1),
+                    "us_per_frame": round(cumulative / frames * 1e6, 1)})
+    return out
+
+
+def run(backend: str, frames: int, seed: int, calls: bool = True, batch: int = 1, cprofile: int = 0) -> dict[str, Any]:
     """One run of ``frames`` corpus frames, ``batch`` at a time (one a request, or one
     request a platform), on a fresh database of ``backend`` (timed, with the probes), then,
-    with ``calls``, the same frames on another fresh database with the calls counted."""
+    with ``calls``, the same frames on another fresh database with the calls counted, and
+    with ``cprofile`` N, on a third under ``cProfile`` (its top N functions by own time)."""
     requests = corpus(frames, seed)
     dbs = Databases()
     try:
@@ -263,6 +288,11 @@ def run(backend: str, frames: int, seed: int, calls: bool = True, batch: int = 1
         if calls:
             hub = Hub(dbs, backend, requests, "calls", batch)
             python_calls, builtin_calls = count_calls(hub.drive)
+            hub.close()
+        profile = None
+        if cprofile:
+            hub = Hub(dbs, backend, requests, "cprofile", batch)
+            profile = profile_top(hub.drive, cprofile, len(requests))
             hub.close()
     finally:
         dbs.close()
@@ -288,6 +318,7 @@ def run(backend: str, frames: int, seed: int, calls: bool = True, batch: int = 1
         "commits_per_frame": round(meter["commits"] / n, 3),
         "python_calls_per_frame": None if python_calls is None else round(python_calls / n, 1),
         "builtin_calls_per_frame": None if builtin_calls is None else round(builtin_calls / n, 1),
+        "cprofile": profile,
     }
 
 
@@ -300,13 +331,17 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1,
                    help="frames at a time, sent as one request a platform (default 1: one frame a request)")
     p.add_argument("--no-calls", dest="calls", action="store_false", help="skip the pass that counts calls")
+    p.add_argument("--cprofile", type=int, default=0, metavar="N",
+                   help="a pass under cProfile: print the N functions with the most time of their own")
     args = p.parse_args()
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     if args.batch < 1:
         p.error("--batch must be at least 1")
-    result = run(args.backend, args.frames, args.seed, args.calls, args.batch)
+    if args.cprofile < 0:
+        p.error("--cprofile must be 0 (off) or more")
+    result = run(args.backend, args.frames, args.seed, args.calls, args.batch, args.cprofile)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"{result['backend']}: {result['frames']} frames, {result['batch']} at a time, {result['frames_per_s']:,} frames/s, "
@@ -324,6 +359,12 @@ def main() -> None:
     if result["python_calls_per_frame"] is not None:
         print(f"calls a frame (a second pass, counted): {result['python_calls_per_frame']:,} Python functions, "
               f"{result['builtin_calls_per_frame']:,} builtins")
+    if result["cprofile"]:
+        print("under cProfile (a third pass), the functions with the most time of their own, a frame:")
+        print(f"{'µs self':>11} {'with callees':>12}  {'calls':>6}  function")
+        for row in result["cprofile"]:
+            print(f"{row['self_us_per_frame']:>11.1f} {row['us_per_frame']:>12.1f}  {row['calls_per_frame']:>6.2f}  "
+                  f"{row['function']}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``bench/frame_phases.py`` must not rot: on each backend it times every phase of a lone
 frame (with and without its nested phases, the database a phase of its own), counts its
-statements by kind and, in a second pass, its calls, and leaves the process as it found it
-(its probes patch the store and the engine while it runs). Speed is never asserted."""
+statements by kind and, in a second pass, its calls (with ``--cprofile``, a third pass under
+``cProfile``), and leaves the process as it found it (its probes patch the store and the
+engine while it runs). Speed is never asserted."""
 
 from __future__ import annotations
 
@@ -63,3 +64,26 @@ def test_frame_phases_drives_a_batching_bridge_as_the_batched_bench_does(backend
     assert result["commits_per_frame"] == calls["Ingest.append_body"]  # one commit a request
     assert calls["FrameApplier.decode_ahead"] == 1.0  # every frame decoded, once
     assert result["statements_per_frame"]["INSERT inbox"] == calls["Ingest.append_body"]  # one insert a request
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_frame_phases_cprofile_pass_names_the_functions_with_the_most_time_of_their_own(backend):
+    """``--cprofile N``: a third pass under ``cProfile``, the N functions with the most time
+    of their own, a frame, the database's own calls among them; the profiler is off after."""
+    result = frame_phases.run(backend, 150, 7, calls=False, cprofile=12)
+
+    assert sys.getprofile() is None
+    rows = result["cprofile"]
+    assert len(rows) == 12
+    own = [row["self_us_per_frame"] for row in rows]
+    assert own == sorted(own, reverse=True) and own[0] > 0 and own[-1] >= 0
+    for row in rows:
+        assert row["self_us_per_frame"] <= row["us_per_frame"] and row["calls_per_frame"] > 0
+    names = {row["function"]: row for row in rows}
+    if backend == "postgresql":  # the wire's round trips, two a frame (a duplicate, a held frame: one more)
+        (run,) = [row for name, row in names.items() if name.startswith("pg_wire.py:") and name.endswith("(run)")]
+        assert 2.0 <= run["calls_per_frame"] < 2.1
+    else:  # BEGIN and COMMIT, then the frame's statements: the C calls themselves
+        assert names["<method 'execute' of 'sqlite3.Connection' objects>"]["calls_per_frame"] == 2.0
+        assert "<method 'execute' of 'sqlite3.Cursor' objects>" in names
+    assert frame_phases.run(backend, 20, 7, calls=False)["cprofile"] is None  # off unless asked
