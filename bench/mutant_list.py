@@ -1391,3 +1391,31 @@ add("append.broken_append_left_uncounted", "src/tidings/ingest/engine.py",
     t("tests/replay/test_replay.py", STUCK_FIDELITY),
     why="frames appended again without apply on append, after it broke the transaction, are left for the "
         "drain uncounted: left_for_worker hides them")
+# == D123: owed rows recorded on one node reach the session on another ==========================
+ROUTING_CLUSTER = "tests/cluster/test_cluster_routing.py"
+OWED_LATE = "test_a_mention_owed_after_the_agent_connected_elsewhere_is_steered_to_that_session"
+add("cluster.owed_hint_not_sent", "src/tidings/store/owed.py",
+    '"SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked), (SELECT count(*) FROM notified)"',
+    '"SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked)"',
+    t(ROUTING_CLUSTER, OWED_LATE),
+    backend="postgres",
+    why="the owed hint's CTE is never referenced, so PostgreSQL never sends it: a mention owed after its "
+        "agent connected on another node waits there for a reconnect")
+add("cluster.owed_hint_ignored", "src/tidings/delivery/consumer.py",
+    "            self.sweeper.owed_again(payload.agent_ids)\n",
+    "            pass\n",
+    t(ROUTING_CLUSTER, OWED_LATE),
+    backend="postgres",
+    why="the node holding the session drops the owed hint: the late owed mention is never steered to it")
+add("cluster.live_steer_unrecorded", "src/tidings/delivery/routing.py",
+    '                self.steered_here.setdefault(session.session_id, set()).add(message["id"])\n',
+    "                pass\n",
+    t(ROUTING_CLUSTER, "test_a_post_on_one_node_steers_and_delivers_to_sessions_on_the_others"),
+    backend="postgres",
+    why="a live steer is not remembered for its session: the owed hint that follows steers it again")
+add("cluster.owed_sweep_repeats_what_it_steered", "src/tidings/delivery/sweeps.py",
+    '            elif row["id"] in steered:\n',
+    "            elif False:\n",
+    t(ROUTING_CLUSTER, "test_a_post_on_one_node_steers_and_delivers_to_sessions_on_the_others"),
+    backend="postgres",
+    why="the owed sweep leaves out nothing already steered to the session: the owed hint repeats a live steer")

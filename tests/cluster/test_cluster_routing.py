@@ -41,8 +41,11 @@ def test_a_post_on_one_node_steers_and_delivers_to_sessions_on_the_others(cluste
 
 def test_cross_node_steer_needs_the_notification(cluster: Cluster):
     """Negative control: with ``cluster.notify_off`` on the posting node, the steer to a
-    session on another node does not arrive (the recovery scan is slower than the wait)."""
-    (a,) = cluster.start(1, faults="cluster.notify_off", env={"TIDINGS_SCAN_INTERVAL_MS": "60000"})
+    session on another node does not arrive (the recovery scan is slower than the wait).
+    Its owed row's hint (D123) is turned off too (``cluster.owed_hint_off``): it is the
+    other notification that brings a mention to another node's session."""
+    (a,) = cluster.start(1, faults="cluster.notify_off,cluster.owed_hint_off",
+                         env={"TIDINGS_SCAN_INTERVAL_MS": "60000"})
     (b,) = cluster.start(1, env={"TIDINGS_SCAN_INTERVAL_MS": "60000"})
     alice, bot, _watcher, ch = _world(a, subscribe_bot=False)
     stream = b.session(bot["token"])
@@ -148,3 +151,46 @@ def test_a_lost_listener_connection_is_an_overrun_that_resweeps_the_sessions(clu
     assert status["cluster"]["this_node"]["listener_reconnects"] >= 1
     assert status["delivery"]["overruns_handled"] >= 1
     stream.close()
+
+
+def _owed_late_scene(cluster: Cluster, faults: str):
+    """The posting node's mention pass fails once (``delivery.route_error:1``), so the owed
+    row is written later, by the leader's recovery scan, after the agent has connected on
+    another node whose start sweep found nothing owed and whose copy of the post's
+    notification found no session there. (The watcher's deliver on ``b`` proves ``b``
+    handled the post before the bot connected; the scan leaves the message to its posting
+    node for ``TIDINGS_DEAD_AFTER_MS``, 3 s.)"""
+    slow = {"TIDINGS_DEAD_AFTER_MS": "3000"}
+    (a,) = cluster.start(1, faults=",".join(["delivery.route_error:1", *filter(None, [faults])]), env=slow)
+    until(a.is_leader, 15, what="a leads")
+    (b,) = cluster.start(1, env=slow)
+    alice, bot, watcher, ch = _world(a, subscribe_bot=False)
+    watch_stream = b.session(watcher["token"])
+    m = a.post(alice["token"], ch, "@bot owed late")
+    event, data = watch_stream.next_dispatch(10)
+    assert (event, data["message"]["id"]) == ("deliver", m)  # b has handled the post: no bot session then
+    assert a.owed(bot["id"]) == []  # the mention pass failed: nothing owed yet
+    bot_stream = b.session(bot["token"])
+    watch_stream.close()
+    return a, bot, m, bot_stream
+
+
+def test_a_mention_owed_after_the_agent_connected_elsewhere_is_steered_to_that_session(cluster: Cluster):
+    """The owed row's statement notifies its agent, and the node holding the agent's
+    session steers it, once (D123)."""
+    a, bot, m, bot_stream = _owed_late_scene(cluster, faults="")
+    event, data = bot_stream.next_dispatch(15)  # the scan routes it after 3 s; the hint brings it here
+    assert (event, data["message"]["id"]) == ("steer", m)
+    assert a.owed(bot["id"]) == [m]
+    assert [e for e in iter_events(bot_stream.collect(1.0), ("steer",))] == []  # once
+    bot_stream.close()
+
+
+def test_without_the_owed_hint_the_late_owed_mention_waits_for_a_reconnect(cluster: Cluster):
+    """Negative control of D123: with ``cluster.owed_hint_off`` on the node that records
+    the row, the mention is owed but the live session on the other node never gets it."""
+    a, bot, m, bot_stream = _owed_late_scene(cluster, faults="cluster.owed_hint_off")
+    until(lambda: a.owed(bot["id"]) == [m], 15, what="the scan recorded the owed row")
+    with pytest.raises(queue.Empty):
+        bot_stream.next_dispatch(2.0)
+    bot_stream.close()

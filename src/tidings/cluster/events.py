@@ -9,7 +9,10 @@ Every payload names its sending node (``n``) and a kind (``k``):
   session for that agent ends it with reason ``replaced``;
 * ``e`` a session ended;
 * ``w`` a wake request for the leader (agent ``a``, reason ``r``);
-* ``r`` an author settled (agent ``a``): what other nodes held for it fans out there.
+* ``r`` an author settled (agent ``a``): what other nodes held for it fans out there;
+* ``o`` owed mentions were recorded for these agents (``as``), sent from the statement that
+  recorded them: a node holding one's session steers what its start sweep could not see
+  (D123). Agent ids go ``OWED_HINT_AGENTS`` to a payload, well inside NOTIFY's 8,000 bytes.
 
 A receiver reads every row it acts on from the store; a notification is only a hint.
 """
@@ -32,6 +35,7 @@ class Kind(StrEnum):
     SESSION_ENDED = "e"
     WAKE = "w"
     SETTLED = "r"
+    OWED = "o"
 
 
 POSTED = Kind.POSTED
@@ -39,6 +43,10 @@ SESSION_CLAIMED = Kind.SESSION_CLAIMED
 SESSION_ENDED = Kind.SESSION_ENDED
 WAKE = Kind.WAKE
 SETTLED = Kind.SETTLED
+OWED = Kind.OWED
+
+#: Agent ids in one ``o`` payload (an id is 36 characters: about 4 KB a payload).
+OWED_HINT_AGENTS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,26 @@ class AuthorSettled:
     settled on another node or is gone."""
 
     agent_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OwedRecorded:
+    """Bus payload (cluster): another node recorded owed mentions for these agents."""
+
+    agent_ids: tuple[str, ...]
+
+
+def encode_owed(node_id: str, agent_ids: list[str]) -> list[str]:
+    """The ``o`` payloads for ``agent_ids``, ``OWED_HINT_AGENTS`` to a payload."""
+    return [
+        _dump({"k": OWED, "n": node_id, "as": agent_ids[i:i + OWED_HINT_AGENTS]})
+        for i in range(0, len(agent_ids), OWED_HINT_AGENTS)
+    ]
+
+
+def owed_from(data: dict[str, Any]) -> OwedRecorded:
+    agents = data.get("as")
+    return OwedRecorded(tuple(str(a) for a in agents) if isinstance(agents, list) else ())
 
 
 def encode_settled(node_id: str, agent_id: str) -> str:

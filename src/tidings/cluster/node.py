@@ -10,6 +10,9 @@ Invariants (each pinned by a test in ``tests/cluster/``):
   reconnects, then overruns its bus subscribers (the consumer re-sweeps every live session
   and, on the leader, runs the recovery scan) and re-checks which of its sessions were
   replaced meanwhile.
+* **Owed rows reach the session's node.** The statement that records owed mentions also
+  notifies their agents (``owed_hints``); a node holding one's session steers the rows its
+  start sweep could not see, each at most once a session (D123).
 * **Shared liveness.** ``cluster_sessions`` holds one row per agent: a connect on any node
   overwrites it and notifies, and any other node holding a session for that agent ends it
   with reason ``replaced`` once the row says so (the last committed claim wins). An agent
@@ -44,9 +47,10 @@ log = structlog.get_logger("tidings.cluster")
 LEADER_LOCK_KEY = nodes_store.LEADER_LOCK_KEY
 
 #: Fault points: skip the post notification (negative control of cross-node routing);
-#: every node acts as leader (negative control of the leader lock); the listener's
-#: connection breaks once (the overrun leg).
+#: skip the owed hint (negative control of D123); every node acts as leader (negative
+#: control of the leader lock); the listener's connection breaks once (the overrun leg).
 NOTIFY_OFF_FAULT = "cluster.notify_off"
+OWED_HINT_OFF_FAULT = "cluster.owed_hint_off"
 LEADER_LOCK_OFF_FAULT = "cluster.leader_lock_off"
 LISTENER_DROP_FAULT = "cluster.listener_drop"
 
@@ -168,6 +172,14 @@ class ClusterNode:
         if self.faults.fire(NOTIFY_OFF_FAULT):
             return None
         return {"notify_channel": nodes_store.CHANNEL, "notify_kind": str(events.POSTED), "notify_node": self.node_id}
+
+    def owed_hints(self, agent_ids: list[str]) -> list[str]:
+        """The notifications that go out with owed rows recorded for ``agent_ids``
+        (``owed.record_and_mark``), so that the node holding an agent's session steers them
+        (D123); none when the ``cluster.owed_hint_off`` fault drops them."""
+        if not agent_ids or self.faults.fire(OWED_HINT_OFF_FAULT):
+            return []
+        return events.encode_owed(self.node_id, agent_ids)
 
     def notify_settled(self, agent_id: str) -> None:
         """The author settled here: the other nodes fan out what they held for it."""
@@ -313,6 +325,11 @@ class ClusterNode:
                 self.bus.publish(events.AuthorSettled(data["a"]))
             elif kind == events.SETTLED:
                 self.bus.publish(events.AuthorSettled(data["a"]))
+            elif kind == events.OWED:
+                owed = events.owed_from(data)
+                here = tuple(a for a in owed.agent_ids if self.runtime.delivery.registry.is_live(a))
+                if here:
+                    self.bus.publish(events.OwedRecorded(here))
             elif kind == events.WAKE and self.is_leader:
                 self._wake_here(data["a"], data["r"])
         except Exception as exc:  # noqa: BLE001 - a bad hint never stops the listener

@@ -75,7 +75,12 @@ Cluster (``attach_cluster``, PostgreSQL, several nodes; ``cluster/node.py``): a 
 another node took arrives as ``RemotePosted`` and only dispatches to this node's sessions
 (``Router.fan_out_here_only``); a post whose author's session is on another node is held
 here until that node announces the settle (``AuthorSettled``); only the leader scans, and
-it leaves rows younger than the dead-after interval to the node that posted them.
+it leaves rows younger than the dead-after interval to the node that posted them. The
+argument above does not cross nodes: the owed row is written by the posting node (or the
+leader's scan), whose flush is not ordered with this node's start edges. So that statement
+notifies the agents (``OwedRecorded``), handled here in bus order: a session past its owed
+sweep steers the agent's owed rows again from the first, leaving out every mention already
+steered to it (``steered_here``, D123).
 
 Ordering: an edge remembers the bus head when it was submitted, and the consumer handles
 every bus event up to that head before the edge. So a ``ready`` sent after an agent's post
@@ -99,7 +104,7 @@ import structlog
 
 from ..bus import Bus, Stamped, Subscription
 from ..clock import Clock
-from ..cluster.events import AuthorSettled
+from ..cluster.events import AuthorSettled, OwedRecorded
 from ..counters import Counters
 from ..faults import Faults
 from ..hub.events import AskAnswered, MessagePosted, PinsChanged
@@ -193,16 +198,16 @@ class Consumer:
         self._poke: asyncio.Event | None = None
         #: Test hook: called after each flush that recorded owed rows (O-9 race test).
         self.after_owed_recorded: Callable[[], None] | None = None
-        #: Cluster: session id -> the owed ids its sweep steered (no duplicate live push).
-        self._owed_steered: dict[str, set[str]] = {}
+        #: Cluster: session id -> every mention steered to it, live or swept (no duplicate).
+        self._steered_here: dict[str, set[str]] = {}
         # The parts, each handed what it uses.
         self.router = Router(link=self.link, counters=counters, faults=faults, live=self.live, held=self.held,
                              held_ids=self.held_ids, unit=self._unit, options=options,
-                             owed_steered=self._owed_steered, dialect=store.dialect)
+                             steered_here=self._steered_here, dialect=store.dialect)
         self.pins = Pins(link=self.link, counters=counters, faults=faults, live=self.live)
         self.answers = Answers(link=self.link, counters=counters, clock=clock, wakers=wakers, live=self.live)
         self.sweeper = Sweeper(link=self.link, counters=counters, live=self.live, options=options, pins=self.pins,
-                               answers=self.answers, owed_steered=self._owed_steered)
+                               answers=self.answers, steered_here=self._steered_here)
         self.flusher = Flusher(link=self.link, clock=clock, faults=faults, counters=counters, wakers=wakers,
                                on_owed_recorded=self._owed_recorded)
         self.scanner = Scanner(link=self.link, counters=counters, faults=faults, held_ids=self.held_ids,
@@ -424,7 +429,7 @@ class Consumer:
             payload = event.payload
             if isinstance(payload, MessagePosted):
                 posted.append(payload)
-            elif isinstance(payload, (AuthorSettled, PinsChanged, AskAnswered)):
+            elif isinstance(payload, (AuthorSettled, OwedRecorded, PinsChanged, AskAnswered)):
                 if posted:
                     self.router.handle_posted(posted)
                     posted = []
@@ -435,11 +440,14 @@ class Consumer:
             if event.seq > self._handled_seq:
                 self._handled_seq = event.seq
 
-    def _on_other(self, payload: AuthorSettled | PinsChanged | AskAnswered) -> None:
-        """A remote settle (cluster), a pin change (live ``pin`` notices) or an answered ask
-        (the asker's answer)."""
+    def _on_other(self, payload: AuthorSettled | OwedRecorded | PinsChanged | AskAnswered) -> None:
+        """A remote settle or owed rows another node recorded (cluster), a pin change (live
+        ``pin`` notices) or an answered ask (the asker's answer)."""
         if isinstance(payload, AuthorSettled):
             self.router.release_remote(payload.agent_id)
+            return
+        if isinstance(payload, OwedRecorded):
+            self.sweeper.owed_again(payload.agent_ids)
             return
         try:
             if isinstance(payload, PinsChanged):
@@ -489,7 +497,7 @@ class Consumer:
     def _end(self, session: Session, reason: str) -> None:
         if self.live.get(session.agent_id) is session:
             del self.live[session.agent_id]
-        self._owed_steered.pop(session.session_id, None)
+        self._steered_here.pop(session.session_id, None)
         self.counters.incr("sessions_ended")
         log.info("session ended", session_id=session.session_id, agent_id=session.agent_id, reason=reason)
         if self.options.settle_on_end:

@@ -84,7 +84,7 @@ class Router:
         held_ids: set[str],
         unit: Unit,
         options: ConsumerOptions,
-        owed_steered: dict[str, set[str]],
+        steered_here: dict[str, set[str]],
         dialect: str,
     ) -> None:
         self.link = link
@@ -98,9 +98,9 @@ class Router:
         #: The rosters of channels fanned out to, kept while the roster epoch holds (D108).
         keep = options.roster_cache if options.roster_cache is not None else dialect == "postgresql"
         self.roster = RosterCache() if keep else None
-        #: Cluster: session id -> the owed message ids its sweep steered (shared with the
-        #: sweeper, which fills it).
-        self.owed_steered = owed_steered
+        #: Cluster: session id -> every mention steered to it, live (``steer``) or by its
+        #: owed sweep (shared with the sweeper): never steered twice (D123).
+        self.steered_here = steered_here
 
     # -- bus events ------------------------------------------------------------------------
     def handle_posted(self, events: Iterable[MessagePosted]) -> None:
@@ -146,7 +146,7 @@ class Router:
         whose owed sweep already steered the message is left out (no duplicate)."""
         unit, live = self.unit, self.live
         self.unit = Unit()
-        swept = [sid for sid, ids in self.owed_steered.items() if row["id"] in ids]
+        swept = [sid for sid, ids in self.steered_here.items() if row["id"] in ids]
         if swept:
             self.live = {a: s for a, s in live.items() if s.session_id not in swept}
         try:
@@ -346,6 +346,8 @@ class Router:
             self.counters.incr("steered")
             metrics.dispatched(message)
             note_sent(session, message)
+            if self.link.cluster is not None:
+                self.steered_here.setdefault(session.session_id, set()).add(message["id"])
             return True
         self.refused(session, outcome, message)
         return False

@@ -8,8 +8,8 @@ Each ``sweep`` call does at most one page of each and asks for a refill when the
 more or the queue is full, so a large backlog never blocks the consumer thread.
 
 The sweeper is handed the consumer's connection (``Link``), its counters, the
-live-session view (``live``), the pin and answer parts, and (cluster) the owed ids each
-session's sweep steered.
+live-session view (``live``), the pin and answer parts, and (cluster) the mentions steered
+to each session, which its owed sweeps leave out (D123).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .link import Link
 from .options import ConsumerOptions
 from .pins import Pins, offer_swept
 from .recipient import catch_up_dispatch, recipient
+from .routing import catch_up
 from .sessions import (
     OFFER_CLOSED,
     OFFER_OK,
@@ -54,7 +55,7 @@ class Sweeper:
         options: ConsumerOptions,
         pins: Pins,
         answers: Answers,
-        owed_steered: dict[str, set[str]],
+        steered_here: dict[str, set[str]],
     ) -> None:
         self.link = link
         self.counters = counters
@@ -62,7 +63,7 @@ class Sweeper:
         self.options = options
         self.pins = pins
         self.answers = answers
-        self.owed_steered = owed_steered
+        self.steered_here = steered_here
 
     def sweep(self, session: Session) -> None:
         """One step of a session's sweep: a page of cursors, the start's pins
@@ -126,9 +127,11 @@ class Sweeper:
         """Steer up to one page of the agent's owed mentions; owed rows of deleted
         messages are cleared instead (they would be re-logged at every start). A row the
         cursor sweep of this session already dispatched (a sweep-set channel, above the
-        cursor's acked seq, at or below the sweep's floor) is not steered twice (D54)."""
+        cursor's acked seq, at or below the sweep's floor) is not steered twice (D54), nor,
+        in a cluster, a mention already steered to this session (D123)."""
         after_channel, after_seq = session.owed_after
         page = self.options.sweep_page
+        steered = self.steered_here.get(session.session_id, ())
         with self.link.db.read() as tx:
             rows = owed_store.owed_page(tx, session.agent_id, after_channel, after_seq, page)
             acked = {c.channel_id: c.acked_seq for c in sweep_store.sweep_cursors(tx, session.agent_id)} if rows else {}
@@ -138,6 +141,8 @@ class Sweeper:
             channel_id, seq = row["channel_id"], row["channel_seq"]
             if row["deleted_at_ms"] is not None:
                 vanished.append(row["id"])
+            elif row["id"] in steered:
+                self.counters.incr("steer_deduped")  # (cluster) this session has it already
             elif channel_id in acked and acked[channel_id] < seq <= session.floors.get(channel_id, -1):
                 self.counters.incr("steer_deduped")
             else:
@@ -148,13 +153,32 @@ class Sweeper:
                     break
                 self.counters.incr("steered")
                 if self.link.cluster is not None:
-                    self.owed_steered.setdefault(session.session_id, set()).add(row["id"])
+                    self.steered_here.setdefault(session.session_id, set()).add(row["id"])
             session.owed_after = (row["channel_id"], row["channel_seq"])
         if vanished:
             with self.link.strict_write() as tx:
                 for message_id in vanished:
                     owed_store.clear_owed(tx, session.agent_id, message_id)
         return finished
+
+    def owed_again(self, agent_ids: tuple[str, ...]) -> None:
+        """Cluster: another node recorded owed mentions for these agents (D123). A live
+        session here that its start sweep took past the owed phase steers the agent's owed
+        rows again from the first, each mention at most once a session (``steered_here``);
+        one still before or in that phase reads them from the first when it gets there.
+        More than a page, or a full queue: the session catches up from the store."""
+        for agent_id in agent_ids:
+            session = self.live.get(agent_id)
+            if session is None or session.closed:
+                continue
+            session.owed_after = ("", 0)
+            if session.phase in (PHASE_CURSOR, PHASE_PINS, PHASE_OWED):
+                continue
+            try:
+                if not self.owed_page(session):
+                    catch_up(session)
+            except Exception as exc:  # noqa: BLE001
+                self.link.failed("owed sweep failed", exc, resweep=True, session_id=session.session_id)
 
     def sweep_all_live(self) -> None:
         """Put every live session through its sweep again (after an overrun)."""

@@ -1,5 +1,6 @@
 """The durability unit (D16): the owed rows and routed marks the passes decided since the
-last flush, written in one commit, and the wakes requested only after it.
+last flush, written in one commit, and the wakes requested only after it. On a cluster
+node the same statement notifies the owed rows' agents (D123).
 
 A message is marked ``mentions_routed_at`` only when its pass ran AND this commit
 succeeded; otherwise it stays NULL and the next recovery scan routes it again. On
@@ -117,10 +118,14 @@ class Flusher:
         # One statement on PostgreSQL, in autocommit on a connection whose commits do not
         # wait for the WAL flush: safe, a lost commit loses marks and owed rows together
         # and leaves the messages NULL for the scan (D16).
+        # A cluster node's owed rows go out with a hint naming their agents, from the same
+        # statement, so the node holding an agent's session steers them (D123).
+        cluster = self.link.cluster
+        hints = cluster.owed_hints(sorted({r[0] for r in rows})) if cluster is not None and rows else None
         with self.link.db.autocommit_write() as tx:
             if self.faults.fire(FLUSH_FAULT):
                 raise RuntimeError("fault: delivery.flush_error")
-            recorded, marked = owed_store.record_and_mark(tx, rows, marks, now)
+            recorded, marked = owed_store.record_and_mark(tx, rows, marks, now, hints)
         if recorded:
             self.counters.incr("owed_recorded", recorded)
             self.on_owed_recorded()

@@ -20,6 +20,7 @@ from typing import Any
 
 from .engine import Tx
 from .messages import MESSAGE_COLUMNS, row_to_message
+from .nodes import CHANNEL as CLUSTER_CHANNEL
 from .sql import PerDialect, Stmt, in_list, list_param
 
 RECORD_OWED = Stmt(
@@ -81,6 +82,22 @@ RECORD_AND_MARK = PerDialect(
         "SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked)"
     ),
 )
+# The same for a cluster node: the statement also sends the owed hints (``cluster.events``,
+# kind ``o``), so they go out at the commit of the very statement that recorded the rows,
+# and never without it (D123). ``notified`` is counted so that PostgreSQL runs it.
+RECORD_AND_MARK_NOTIFY = PerDialect(
+    name="record_and_mark_notify",
+    sqlite="SELECT 1",
+    postgresql=(
+        "WITH owed AS (INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
+        "SELECT t.a, t.m, t.c, :now FROM unnest(CAST(:agents AS text[]), CAST(:messages AS text[]), "
+        "CAST(:channels AS text[])) AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), "
+        "marked AS (UPDATE messages SET mentions_routed_at = :now WHERE mentions_routed_at IS NULL "
+        f"AND seq {in_list('seqs', 'bigint')['postgresql']} RETURNING 1), "
+        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), p) FROM unnest(CAST(:hints AS text[])) AS p) "
+        "SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked), (SELECT count(*) FROM notified)"
+    ),
+)
 
 
 def record_owed(tx: Tx, agent_id: str, message_id: str, channel_id: str, now: int) -> bool:
@@ -135,9 +152,12 @@ def count_owed(tx: Tx, agent_id: str | None = None) -> int:
     return int(tx.scalar(COUNT_OWED_OF, {"agent_id": agent_id}))
 
 
-def record_and_mark(tx: Tx, owed: list[tuple[str, str, str]], seqs: list[int], now: int) -> tuple[int, int]:
+def record_and_mark(
+    tx: Tx, owed: list[tuple[str, str, str]], seqs: list[int], now: int, hints: list[str] | None = None
+) -> tuple[int, int]:
     """The routing flush: record the owed (agent_id, message_id, channel_id) rows and mark
     the messages with these global seqs, together; returns (owed rows new, rows marked).
+    ``hints`` (a cluster node's owed hints, PostgreSQL) are notified by the same statement.
 
     PostgreSQL: one statement (fit for ``Dedicated.autocommit_write``). SQLite: two
     statements, so ``tx`` must be a transaction.
@@ -146,16 +166,17 @@ def record_and_mark(tx: Tx, owed: list[tuple[str, str, str]], seqs: list[int], n
         return record_owed_many(tx, owed, now), mark_routed(tx, seqs, now)
     if not owed:
         return 0, mark_routed(tx, seqs, now)
-    row = tx.one(
-        RECORD_AND_MARK,
-        {
-            "agents": [r[0] for r in owed],
-            "messages": [r[1] for r in owed],
-            "channels": [r[2] for r in owed],
-            "seqs": list(seqs),
-            "now": now,
-        },
-    )
+    params: dict[str, Any] = {
+        "agents": [r[0] for r in owed],
+        "messages": [r[1] for r in owed],
+        "channels": [r[2] for r in owed],
+        "seqs": list(seqs),
+        "now": now,
+    }
+    if hints:
+        params["notify_channel"] = CLUSTER_CHANNEL
+        params["hints"] = hints
+    row = tx.one(RECORD_AND_MARK_NOTIFY if hints else RECORD_AND_MARK, params)
     assert row is not None
     return int(row[0]), int(row[1])
 
