@@ -70,17 +70,17 @@ MARK_ROUTED = PerDialect(
 # BEGIN/COMMIT round trips): the owed rows and the marks are two data-modifying CTEs of a
 # single statement, which commits (or fails) as a whole. SQLite runs the same two writes
 # as two statements of one transaction (``record_owed_many`` then ``mark_routed``).
+_RECORD_AND_MARK_CTES = (
+    "WITH owed AS (INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
+    "SELECT t.a, t.m, t.c, :now FROM unnest(CAST(:agents AS text[]), CAST(:messages AS text[]), "
+    "CAST(:channels AS text[])) AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), "
+    "marked AS (UPDATE messages SET mentions_routed_at = :now WHERE mentions_routed_at IS NULL "
+    f"AND seq {in_list('seqs', 'bigint')['postgresql']} RETURNING 1)"
+)
 RECORD_AND_MARK = PerDialect(
     name="record_and_mark",
     sqlite="SELECT 1",
-    postgresql=(
-        "WITH owed AS (INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
-        "SELECT t.a, t.m, t.c, :now FROM unnest(CAST(:agents AS text[]), CAST(:messages AS text[]), "
-        "CAST(:channels AS text[])) AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), "
-        "marked AS (UPDATE messages SET mentions_routed_at = :now WHERE mentions_routed_at IS NULL "
-        f"AND seq {in_list('seqs', 'bigint')['postgresql']} RETURNING 1) "
-        "SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked)"
-    ),
+    postgresql=_RECORD_AND_MARK_CTES + " SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked)",
 )
 # The same for a cluster node: the statement also sends the owed hints (``cluster.events``,
 # kind ``o``), so they go out at the commit of the very statement that recorded the rows,
@@ -89,12 +89,8 @@ RECORD_AND_MARK_NOTIFY = PerDialect(
     name="record_and_mark_notify",
     sqlite="SELECT 1",
     postgresql=(
-        "WITH owed AS (INSERT INTO owed_mentions (agent_id, message_id, channel_id, recorded_at_ms) "
-        "SELECT t.a, t.m, t.c, :now FROM unnest(CAST(:agents AS text[]), CAST(:messages AS text[]), "
-        "CAST(:channels AS text[])) AS t(a, m, c) ON CONFLICT (agent_id, message_id) DO NOTHING RETURNING 1), "
-        "marked AS (UPDATE messages SET mentions_routed_at = :now WHERE mentions_routed_at IS NULL "
-        f"AND seq {in_list('seqs', 'bigint')['postgresql']} RETURNING 1), "
-        "notified AS (SELECT pg_notify(CAST(:notify_channel AS text), p) FROM unnest(CAST(:hints AS text[])) AS p) "
+        _RECORD_AND_MARK_CTES
+        + ", notified AS (SELECT pg_notify(CAST(:notify_channel AS text), p) FROM unnest(CAST(:hints AS text[])) AS p) "
         "SELECT (SELECT count(*) FROM owed), (SELECT count(*) FROM marked), (SELECT count(*) FROM notified)"
     ),
 )
