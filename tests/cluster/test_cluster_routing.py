@@ -159,8 +159,8 @@ def _owed_late_scene(cluster: Cluster, faults: str):
     another node whose start sweep found nothing owed and whose copy of the post's
     notification found no session there. (The watcher's deliver on ``b`` proves ``b``
     handled the post before the bot connected; the scan leaves the message to its posting
-    node for ``TIDINGS_DEAD_AFTER_MS``, 3 s.)"""
-    slow = {"TIDINGS_DEAD_AFTER_MS": "3000"}
+    node for ``TIDINGS_DEAD_AFTER_MS``, 5 s, ample time for the bot to connect first.)"""
+    slow = {"TIDINGS_DEAD_AFTER_MS": "5000"}
     (a,) = cluster.start(1, faults=",".join(["delivery.route_error:1", *filter(None, [faults])]), env=slow)
     until(a.is_leader, 15, what="a leads")
     (b,) = cluster.start(1, env=slow)
@@ -179,7 +179,7 @@ def test_a_mention_owed_after_the_agent_connected_elsewhere_is_steered_to_that_s
     """The owed row's statement notifies its agent, and the node holding the agent's
     session steers it, once (D123)."""
     a, bot, m, bot_stream = _owed_late_scene(cluster, faults="")
-    event, data = bot_stream.next_dispatch(15)  # the scan routes it after 3 s; the hint brings it here
+    event, data = bot_stream.next_dispatch(20)  # the scan routes it after 5 s; the hint brings it here
     assert (event, data["message"]["id"]) == ("steer", m)
     assert a.owed(bot["id"]) == [m]
     assert [e for e in iter_events(bot_stream.collect(1.0), ("steer",))] == []  # once
@@ -190,7 +190,7 @@ def test_without_the_owed_hint_the_late_owed_mention_waits_for_a_reconnect(clust
     """Negative control of D123: with ``cluster.owed_hint_off`` on the node that records
     the row, the mention is owed but the live session on the other node never gets it."""
     a, bot, m, bot_stream = _owed_late_scene(cluster, faults="cluster.owed_hint_off")
-    until(lambda: a.owed(bot["id"]) == [m], 15, what="the scan recorded the owed row")
+    until(lambda: a.owed(bot["id"]) == [m], 20, what="the scan recorded the owed row")
     with pytest.raises(queue.Empty):
         bot_stream.next_dispatch(2.0)
     bot_stream.close()
