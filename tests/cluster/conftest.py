@@ -21,6 +21,10 @@ def cluster(tmp_path) -> Iterator[Cluster]:
     finally:
         c.stop()
         drop_database(url)
+        # Each node's last lines, printed here so that pytest shows them with a failing
+        # test ("Captured stdout teardown") and drops them with a passing one.
+        for node in c.nodes:
+            print(f"--- {node.name} ({node.log_path.name}), its last lines ---\n{node.log()}")
 
 
 @pytest.fixture

@@ -111,8 +111,13 @@ def test_kill_9_of_the_session_node_and_of_the_leader_loses_no_mention(cluster: 
     # every committed mention is steered (then acked) or still owed; nothing twice per session
     until(lambda: set(posted) <= agent.steered_ids() | set(last.owed(bot["id"])), 30,
           what="every mention steered or owed")
-    until(lambda: agent.connected.is_set() and set(posted) <= agent.steered_ids(), 30,
-          what="the backlog steered to the live session")
+    try:
+        until(lambda: agent.connected.is_set() and set(posted) <= agent.steered_ids(), 30,
+              what="the backlog steered to the live session")
+    except AssertionError as exc:  # say what is missing, and where the agent is
+        missing = sorted(set(posted) - agent.steered_ids())
+        raise AssertionError(f"{exc}: connected={agent.connected.is_set()} sessions={agent.sessions} "
+                             f"not steered={missing} owed on {last.name}={last.owed(bot['id'])}") from None
     agent.stop.set()
     agent.join(10)
     with agent.lock:
