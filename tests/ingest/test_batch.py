@@ -400,3 +400,25 @@ def test_a_read_that_brings_a_row_again_never_takes_back_what_the_batch_made_of_
     table.load_found(["m1"], {})
     assert table.get("m1") == "edited"
     assert table.changed() == [("m1", "stored", "edited")]
+
+
+def test_a_batch_makes_only_the_families_its_frames_use_and_writes_them_parents_first(store):
+    """A table family is made on first use (a lone message never makes the attachments,
+    read cursors or echo claims); the flush still writes parents first (identities, then
+    conversations, then messages: the foreign keys' order), in whatever order they were made."""
+    w = World(store, "signal")
+    events = [msg("signal:c", "m1", ref("+15550100", "Bob", platform="signal"), at=1_000)]
+    with store.write() as tx:
+        batch = Batch(tx, w.bridge_id, "signal")
+        assert batch._made == {}
+        batch.messages, batch.conversations  # noqa: B018 - made children first, on purpose
+        want_rows(batch, events)
+        assert list(batch._made) == ["messages", "conversations", "identities"]
+        batch.read()
+        ctx = ProjectionContext(w.bridge_id, "signal", "in_x", 5, 5, Counters(INGEST_COUNTERS), batch=batch)
+        assert project_frame(tx, ctx, events)
+        assert sorted(batch._made) == ["conversations", "identities", "messages", "reactions"]
+        batch.flush()  # (a message before its conversation or sender breaks a foreign key here)
+    assert w.message("signal:c", "m1")["body"] == "hello"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        batch.nothing  # noqa: B018 - not a family: an AttributeError as usual

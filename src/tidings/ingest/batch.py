@@ -59,29 +59,61 @@ class _Frame:
             self.journal.rollback(self.mark)
 
 
-class Batch:
-    """The rows of one bridge that the frames of one transaction read and write."""
+#: The table families, parents first: the order of their reads and of their writes.
+_FAMILIES = ("identities", "conversations", "messages", "attachments", "reactions", "cursors", "echoes")
 
-    __slots__ = ("tx", "bridge_id", "platform", "hook", "journal", "identities", "conversations", "messages",
-                 "attachments", "reactions", "cursors", "echoes", "hooked", "_hook_wanted", "_hooks_read", "_reads")
+#: How each family is made (``Batch.__getattr__``): from the transaction, the batch's
+#: journal and the bridge.
+_MAKE: dict[str, Any] = {
+    "identities": Identities,
+    "conversations": Conversations,
+    "messages": Messages,
+    "attachments": lambda _tx, journal, bridge_id: NewAttachments(journal, bridge_id),
+    "reactions": Reactions,
+    "cursors": ReadCursors,
+    "echoes": Claims,
+}
+
+
+class Batch:
+    """The rows of one bridge that the frames of one transaction read and write.
+
+    A table family is made when first used (``__getattr__``), so a batch pays only for the
+    families its frames touch: a family never made has nothing to read or write.
+    """
+
+    __slots__ = ("tx", "bridge_id", "platform", "hook", "journal", *_FAMILIES, "_made",
+                 "hooked", "_hook_wanted", "_hooks_read", "_reads")
+
+    identities: Identities
+    conversations: Conversations
+    messages: Messages
+    attachments: NewAttachments
+    reactions: Reactions
+    cursors: ReadCursors
+    echoes: Claims
 
     def __init__(self, tx: Tx, bridge_id: str, platform: str, hook: Any = None) -> None:
         self.tx = tx
         self.bridge_id = bridge_id
         self.platform = platform
         self.hook = hook
-        journal = self.journal = Journal()
-        self.identities = Identities(tx, journal, bridge_id)
-        self.conversations = Conversations(tx, journal, bridge_id)
-        self.messages = Messages(tx, journal, bridge_id)
-        self.attachments = NewAttachments(journal, bridge_id)
-        self.reactions = Reactions(tx, journal, bridge_id)
-        self.cursors = ReadCursors(tx, journal, bridge_id)
-        self.echoes = Claims(tx, journal, bridge_id)
+        self.journal = Journal()
+        self._made: dict[str, Any] = {}  # family name -> the family, for those made
         self.hooked: dict[str, bool] = {}  # conversation id -> whether the hook acts on it
         self._hook_wanted: set[str] = set()
         self._hooks_read: list[str] = []  # asked for by ``announce``, taken by ``read``
         self._reads: list[Any] = []  # announced, not taken yet: (statement, params, take)
+
+    def __getattr__(self, name: str) -> Any:
+        """A family's slot read before it was set: the family, made now (once)."""
+        make = _MAKE.get(name)
+        if make is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        family = make(self.tx, self.journal, self.bridge_id)
+        setattr(self, name, family)
+        self._made[name] = family
+        return family
 
     @property
     def rosters(self) -> Any:
@@ -107,10 +139,15 @@ class Batch:
             if announce is not None:
                 for cid in fresh:
                     announce(tx, cid)
-        reads = [
-            *self.identities.reads(), *self.conversations.reads(), *self.rosters.reads(), *self.messages.reads(),
-            *self.reactions.reads(), *self.cursors.reads(), *self.echoes.reads(),
-        ]
+        reads: list[Any] = []
+        made = self._made
+        for name in _FAMILIES:
+            family = made.get(name)
+            if family is None or name == "attachments":  # (new rows only: nothing to read)
+                continue
+            reads += family.reads()
+            if name == "conversations":
+                reads += family.rosters.reads()
         for stmt, params, _ in reads:
             tx.read_ahead(stmt, params)
         self._reads.extend(reads)
@@ -149,11 +186,11 @@ class Batch:
     def flush(self) -> None:
         """Write every changed row, one statement per table family, parents first
         (``Tx.later``: behind, with the ``COMMIT``, when the transaction writes behind)."""
+        made = self._made
+        if not made:
+            return
         send = Writer(self.tx)
-        self.identities.flush(send)
-        self.conversations.flush(send)  # (and the rosters, between its two statements)
-        self.messages.flush(send)
-        self.attachments.flush(send)
-        self.reactions.flush(send)
-        self.cursors.flush(send)
-        self.echoes.flush(send)
+        for name in _FAMILIES:
+            family = made.get(name)
+            if family is not None:
+                family.flush(send)  # (the conversations' flush writes the rosters too, between its two statements)

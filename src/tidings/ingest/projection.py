@@ -270,8 +270,7 @@ def want_rows(batch: Batch, events: list[Any]) -> None:
     platform, bridge_id = batch.platform, batch.bridge_id
     if platform not in PLATFORMS:
         return  # (``project_frame`` rejects it)
-    identities, conversations, rosters = batch.identities, batch.conversations, batch.rosters
-    messages, reactions, cursors = batch.messages, batch.reactions, batch.cursors
+    # (A family is named only where an event needs it: the batch makes it on first use.)
     hook = batch.hook is not None
     sender_roster = platform in SENDER_ROSTER_PLATFORMS
 
@@ -282,7 +281,7 @@ def want_rows(batch: Batch, events: list[Any]) -> None:
             return None  # the projection rejects it, in order
         if key[0] == "anonymous":
             return None
-        identities.want(*key)
+        batch.identities.want(*key)
         return key
 
     for ev in events:
@@ -291,39 +290,39 @@ def want_rows(batch: Batch, events: list[Any]) -> None:
             remote_conv = ev.remote_conversation_id
             cid = conversation_id_for(bridge_id, remote_conv)
             mid = message_id_for(bridge_id, remote_conv, ev.remote_message_id)
-            conversations.want(remote_conv)
-            messages.want(mid)
+            batch.conversations.want(remote_conv)
+            batch.messages.want(mid)
             key = identity(ev.sender)
             if ev.reactions_snapshot and platform in SNAPSHOT_PLATFORMS:
-                reactions.want(mid)
+                batch.reactions.want(mid)
             if ev.direction == "outgoing":
                 batch.echoes.want(cid, ev.remote_message_id)
             else:
                 if sender_roster and key is not None:
-                    rosters.want_member(cid, identity_id_for(bridge_id, *key))
+                    batch.rosters.want_member(cid, identity_id_for(bridge_id, *key))
                 if hook:
                     batch.want_hook(cid)
         elif kind is ReceiptEvent:
             if ev.status == "read" and ev.actor.is_self:
-                cursors.want(conversation_id_for(bridge_id, ev.remote_conversation_id))
+                batch.cursors.want(conversation_id_for(bridge_id, ev.remote_conversation_id))
                 for remote_message_id in ev.remote_message_ids:
-                    messages.want(message_id_for(bridge_id, ev.remote_conversation_id, remote_message_id))
+                    batch.messages.want(message_id_for(bridge_id, ev.remote_conversation_id, remote_message_id))
                     if platform in RECEIPTS_LOCATE_BY_REMOTE_ID:
-                        messages.want_remote(remote_message_id)
-                        cursors.want_of_remote(remote_message_id)
+                        batch.messages.want_remote(remote_message_id)
+                        batch.cursors.want_of_remote(remote_message_id)
         elif kind is ReactionEvent:
             identity(ev.actor)
             if platform not in SNAPSHOT_PLATFORMS:
                 mid = message_id_for(bridge_id, ev.remote_conversation_id, ev.target_remote_message_id)
-                messages.want(mid)
-                reactions.want(mid)
+                batch.messages.want(mid)
+                batch.reactions.want(mid)
         elif kind is MessageMutationEvent:
-            messages.want(message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id))
+            batch.messages.want(message_id_for(bridge_id, ev.remote_conversation_id, ev.remote_message_id))
             if hook:
                 batch.want_hook(conversation_id_for(bridge_id, ev.remote_conversation_id))
         elif kind is ConversationEvent:
-            conversations.want(ev.remote_conversation_id)
-            rosters.want_roster(conversation_id_for(bridge_id, ev.remote_conversation_id))
+            batch.conversations.want(ev.remote_conversation_id)
+            batch.rosters.want_roster(conversation_id_for(bridge_id, ev.remote_conversation_id))
             for part in ev.participants:
                 identity(part.identity)
 
