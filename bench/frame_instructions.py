@@ -13,8 +13,8 @@ divided by ``--frames``, is what a frame costs past the warm-up: start-up, impor
 corpus and the migrations cancel out. It counts every instruction of the process (the
 interpreter, ``sqlite3``, ``libc``, the wire), none of the PostgreSQL server's, and no
 time spent waiting (a ``COMMIT``'s flush, a round trip). Timings on this machine vary by
-±15% from run to run; these counts repeat to a few parts in a thousand, so a change of 1%
-is seen.
+±15% from run to run; these counts agree within about 1% (the ids are random, so B-trees
+split at different rows), so a change of 2% is seen, and a smaller one with a few runs.
 
 ``--against SRC`` counts a second tree (its ``src`` directory, e.g. a ``git worktree`` of
 an older commit) beside this one, with the same corpus, and prints the ratio. Each child

@@ -1356,6 +1356,24 @@ add("batch.flush_in_the_order_made", BATCH_SRC,
     t(BATCH, "test_a_batch_makes_only_the_families_its_frames_use_and_writes_them_parents_first"),
     why="a batch whose message family was made before its conversation's writes the message first: "
         "a broken foreign key")
+# ``Tx.callbacks`` and a batched frame's unit are plain classes (no generator): a failed
+# unit must still drop its callbacks, and a failed frame must still be taken back.
+add("engine.callbacks_keeps_a_failed_units", ENGINE,
+    "            del self.tx._after[self.mark:]\n",
+    "            pass\n",
+    t("tests/test_store_engine.py", "test_a_callbacks_unit_that_fails_drops_only_its_own_after_commit_callbacks"),
+    why="a failed unit's after-commit callbacks run at the commit, as if it had succeeded")
+add("apply.batched_frame_not_taken_back", APPLY_SRC,
+    "            self.inner.__exit__(kind, exc, tb)  # (rolls the journal back on error)\n",
+    "            pass\n",
+    t(BATCH, "test_a_frame_that_fails_part_way_is_taken_back_whole_and_a_later_frame_never_sees_it"),
+    why="a frame of a batch that fails part way leaves its changes in the batch's rows")
+add("counters.add_partly", "src/tidings/counters.py",
+    "            for name in counts:\n                if name not in values:\n"
+    "                    raise KeyError(f\"unknown counter {name!r}\")\n",
+    "",
+    t("tests/test_counters.py", "test_add_adds_every_count_under_one_lock_or_none_when_a_name_is_unknown"),
+    why="a frame's staged counts with an unknown name are added in part before the error")
 add("drain.bridge_lock_not_taken", APPLY_SRC,
     "                if row is not None:\n"
     "                    # Every writer of a bridge's projection rows holds its lock (ingest/batch.py).\n"

@@ -53,6 +53,23 @@ def test_savepoint_rolls_back_alone(store):
     assert handles == ["alice", "carol"]
 
 
+def test_a_callbacks_unit_that_fails_drops_only_its_own_after_commit_callbacks(store):
+    """``Tx.callbacks``: a unit with no statement of its own (a batched frame's) drops the
+    ``after_commit`` callbacks registered inside it when it fails, as a savepoint does, and
+    keeps them when it succeeds; the transaction goes on either way."""
+    seen: list[str] = []
+    with store.write() as tx:
+        tx.after_commit(lambda: seen.append("before"))
+        with pytest.raises(RuntimeError), tx.callbacks() as unit:
+            assert unit is tx
+            tx.after_commit(lambda: seen.append("failed unit"))
+            raise RuntimeError("the unit fails")
+        with tx.callbacks():
+            tx.after_commit(lambda: seen.append("good unit"))
+        tx.after_commit(lambda: seen.append("after"))
+    assert seen == ["before", "good unit", "after"]
+
+
 def test_dedicated_connection_reuses_one_connection(store):
     ded = store.dedicated()
     try:

@@ -23,6 +23,16 @@ class Counters:
                 raise KeyError(f"unknown counter {name!r}")
             self._values[name] += by
 
+    def add(self, counts: dict[str, int]) -> None:
+        """Add several counts under one lock: all of them, or none when a name is unknown."""
+        with self._lock:
+            values = self._values
+            for name in counts:
+                if name not in values:
+                    raise KeyError(f"unknown counter {name!r}")
+            for name, by in counts.items():
+                values[name] += by
+
     def get(self, name: str) -> int:
         with self._lock:
             return self._values[name]

@@ -12,9 +12,8 @@ transaction committed, so the counters never report rolled-back work.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any, NamedTuple, cast
@@ -78,10 +77,31 @@ class Decoded(NamedTuple):
     error: Exception | None
 
 
-@contextlib.contextmanager
-def _batched_frame(tx: Tx, batch: Batch, own: bool) -> Iterator[None]:
-    with tx.savepoint() if own else tx.callbacks(), batch.frame():
-        yield
+class _BatchedFrame:
+    """``with tx.savepoint() if own else tx.callbacks(), batch.frame():`` as one object
+    (a plain class: a frame's unit costs no generator)."""
+
+    __slots__ = ("tx", "batch", "own", "outer", "inner")
+
+    def __init__(self, tx: Tx, batch: Batch, own: bool) -> None:
+        self.tx = tx
+        self.batch = batch
+        self.own = own
+
+    def __enter__(self) -> None:
+        outer = self.outer = self.tx.savepoint() if self.own else self.tx.callbacks()
+        outer.__enter__()
+        inner = self.inner = self.batch.frame()
+        inner.__enter__()  # (takes the journal's mark: it cannot fail)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool | None:
+        try:
+            self.inner.__exit__(kind, exc, tb)  # (rolls the journal back on error)
+        except BaseException as failed:  # (as ``with`` would: the outer unit sees the new error)
+            if self.outer.__exit__(type(failed), failed, failed.__traceback__):
+                return True
+            raise
+        return self.outer.__exit__(kind, exc, tb)
 
 
 def frame_scope(tx: Tx, batch: Batch | None, decoded: Decoded | None) -> tuple[AbstractContextManager[Any], bool]:
@@ -98,7 +118,7 @@ def frame_scope(tx: Tx, batch: Batch | None, decoded: Decoded | None) -> tuple[A
     own = decoded is not None and decoded.events is not None and projection.may_call_hook(batch, decoded.events)
     if own:
         batch.flush()
-    return _batched_frame(tx, batch, own), own
+    return _BatchedFrame(tx, batch, own), own
 
 
 class FrameRejected(Exception):
@@ -158,11 +178,13 @@ class StagedCounters(Counters):
         values = self._values
         return {name: values.get(name, 0) for name in INGEST_COUNTERS}
 
-    def commit(self) -> None:
-        target = self.target
-        for name, value in self._values.items():
-            if value:
-                target.incr(name, value)
+    def commit(self, *also: str) -> None:
+        """Add the frame's counts, and one to each counter named in ``also``, to the
+        target's, under one lock (the frame's transaction has committed)."""
+        counts = {name: value for name, value in self._values.items() if value}
+        for name in also:
+            counts[name] = counts.get(name, 0) + 1
+        self.target.add(counts)
 
 
 def cause_of(exc: BaseException, stage: str = "") -> str:

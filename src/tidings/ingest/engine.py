@@ -40,11 +40,11 @@ PostgreSQL keeps the pool, whose idle ping replaces a connection the server drop
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 import structlog
 
@@ -89,6 +89,39 @@ def _group_commit_from_env() -> int:
     return int(raw)
 
 
+class _PooledWrite:
+    """``_AppendConnections.write``: a write transaction on an idle connection (a new one
+    when none is idle), given back afterwards. A plain class, not a generator: every append
+    runs one."""
+
+    __slots__ = ("pool", "conn", "unit")
+
+    def __init__(self, pool: _AppendConnections) -> None:
+        self.pool = pool
+        self.conn: Dedicated | None = None
+        self.unit: AbstractContextManager[Tx] | None = None
+
+    def __enter__(self) -> Tx:
+        pool = self.pool
+        with pool._lock:
+            conn = pool._idle.pop() if pool._idle else None
+        if conn is None:
+            conn = pool.store.dedicated()
+        self.conn = conn
+        try:
+            unit = self.unit = conn.write()
+            return unit.__enter__()
+        except BaseException:
+            pool.give_back(conn)
+            raise
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool | None:
+        try:
+            return cast(AbstractContextManager[Tx], self.unit).__exit__(kind, exc, tb)
+        finally:
+            self.pool.give_back(cast(Dedicated, self.conn))
+
+
 class _AppendConnections:
     """Write transactions for appends on SQLite connections kept for them.
 
@@ -105,22 +138,16 @@ class _AppendConnections:
         self._idle: list[Dedicated] = []
         self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[Tx]:
+    def write(self) -> _PooledWrite:
+        return _PooledWrite(self)
+
+    def give_back(self, conn: Dedicated) -> None:
+        """``conn``, done with: kept idle, or closed when ``keep`` are idle already."""
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self.store.dedicated()
-        try:
-            with conn.write() as tx:
-                yield tx
-        finally:
-            with self._lock:
-                if len(self._idle) < self.keep:
-                    self._idle.append(conn)
-                    conn = None
-            if conn is not None:
-                conn.close()
+            if len(self._idle) < self.keep:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     def close(self) -> None:
         with self._lock:

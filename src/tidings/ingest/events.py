@@ -180,6 +180,8 @@ _EVENT_TYPES = (
 
 # --------------------------------------------------------------------------- identities
 
+#: What a phone number's canonical form drops: anything but the ASCII digits 0-9.
+_NOT_ASCII_DIGIT = re.compile("[^0-9]")
 _UUID_RE = re.compile(
     r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
@@ -230,7 +232,7 @@ def _canonicalise(platform: str, raw: str) -> tuple[str, str]:
             raise InvalidEvent(f"anonymous identity {value!r} names no emoji")
         return "anonymous", value
     if value.startswith("+"):
-        digits = "".join(ch for ch in value if "0" <= ch <= "9")
+        digits = _NOT_ASCII_DIGIT.sub("", value)
         if not digits:
             raise InvalidEvent(f"phone number {value!r} has no digits")
         return "e164", "+" + digits

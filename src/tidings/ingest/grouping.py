@@ -122,8 +122,7 @@ def process_group(
         reconnect_if_broken(conn)
         return [(inbox_id, process_one(inbox_id, 1 if inbox_id == first else 0)) for inbox_id in ids]
     for staged in staged_all:
-        staged.commit()
-        staged.target.incr("projected")
+        staged.commit("projected")
     for inbox_id, of, codec, why in quarantined:
         applier.quarantined(inbox_id, of, codec, why)
     if left:

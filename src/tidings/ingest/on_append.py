@@ -232,9 +232,7 @@ def insert_applied(
 
     def applied() -> None:
         if staged is not None:
-            staged.commit()
-            staged.target.incr("projected")
-            staged.target.incr("applied_on_append")
+            staged.commit("projected", "applied_on_append")
 
     tx.after_commit(applied)
     return APPLIED

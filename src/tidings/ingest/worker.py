@@ -396,8 +396,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - deterministic: the frame is quarantined
             return self._quarantine(inbox_id, exc)
         if staged is not None:
-            staged.commit()
-            staged.target.incr("projected")
+            staged.commit("projected")
         return cast(Outcome, outcome)
 
     def _quarantine(self, inbox_id: str, exc: BaseException) -> Outcome:

@@ -100,6 +100,10 @@ class Table:
         if not wanted:
             return []
         rows = self.rows
+        if len(wanted) == 1:  # (a lone frame's usual case: no sort)
+            (key,) = wanted
+            wanted.clear()
+            return [] if key in rows else [key]
         keys = sorted(k for k in wanted if k not in rows)
         wanted.clear()
         return keys
@@ -271,9 +275,12 @@ class Read:
 
     def of(self, keys: list[Any], **params: Any) -> tuple[Stmt, dict[str, Any]]:
         names = self.names
-        if len(keys) == 1:
-            key = keys[0]
-            return self.one, ({**params, names[0]: key} if len(names) == 1 else {**params, **dict(zip(names, key, strict=True))})
+        if len(keys) == 1:  # (``params`` is this call's own dict: filled in place)
+            if len(names) == 1:
+                params[names[0]] = keys[0]
+            else:
+                params.update(zip(names, keys[0], strict=True))
+            return self.one, params
         if len(names) == 1:
             return self.many, {**params, "keys": rows_json(keys)}
         return self.many, {**params, "keys": rows_json([dict(zip(names, key, strict=True)) for key in keys])}

@@ -269,7 +269,8 @@ class Tx:
                 if any(entry[2] is cur for entry in self._pending):
                     self.flush()
                 return cur
-        sql, defaults = stmt.compiled(self.dialect)
+        # (``Stmt.compiled``'s cache read inline: every statement of every frame comes here)
+        sql, defaults = stmt._compiled.get(self.dialect) or stmt.compiled(self.dialect)
         if defaults:
             params = {**defaults, **(params or {})}
         return self._send(sql, params or {})
@@ -509,17 +510,11 @@ class Tx:
         """Run ``fn`` once this transaction has committed; dropped on rollback."""
         self._after.append(fn)
 
-    @contextlib.contextmanager
-    def callbacks(self) -> Iterator[Tx]:
+    def callbacks(self) -> _Callbacks:
         """A unit of work that sends no statement of its own (its writes are kept in memory,
         ``ingest/batch.py``): on error, the ``after_commit`` callbacks registered inside are
         dropped, as a savepoint drops them. Cheaper than a savepoint, which SQLite runs."""
-        mark = len(self._after)
-        try:
-            yield self
-        except BaseException:
-            del self._after[mark:]
-            raise
+        return _Callbacks(self)
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[Tx]:
@@ -661,7 +656,7 @@ class Store:
     def write(self) -> Iterator[Tx]:
         conn = self.engine.raw_connection()
         try:
-            with _write_tx(self, conn.driver_connection) as tx:
+            with _WriteTx(self, conn.driver_connection) as tx:
                 yield tx
         finally:
             conn.close()
@@ -730,7 +725,7 @@ class Dedicated:
         return conn
 
     def write(self) -> contextlib.AbstractContextManager[Tx]:
-        return _write_tx(self.store, self.dbapi)
+        return _WriteTx(self.store, self.dbapi)
 
     def read(self) -> contextlib.AbstractContextManager[Tx]:
         return _read_tx(self.store, self.dbapi)
@@ -755,7 +750,7 @@ class Dedicated:
         """
         if self.store.dialect == "postgresql":
             return _autocommit_tx(self.store, self.dbapi, limit=1)
-        return _write_tx(self.store, self.dbapi)
+        return _WriteTx(self.store, self.dbapi)
 
     def reconnect(self) -> None:
         """Drop a broken connection and take a fresh one (after a lost PostgreSQL link)."""
@@ -776,39 +771,86 @@ class Dedicated:
             pass
 
 
-@contextlib.contextmanager
-def _write_tx(store: Store, dbapi: Any) -> Iterator[Tx]:
+class _Callbacks:
+    """``Tx.callbacks``: a plain class, so that a frame's unit costs no generator."""
+
+    __slots__ = ("tx", "mark")
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.mark = 0
+
+    def __enter__(self) -> Tx:
+        self.mark = len(self.tx._after)
+        return self.tx
+
+    def __exit__(self, kind: object, _exc: object, _tb: object) -> None:
+        if kind is not None:
+            del self.tx._after[self.mark:]
+
+
+class _WriteTx:
     """One write transaction on ``dbapi``: commit on success, roll back on any exception,
-    then run the ``after_commit`` callbacks (only after a successful commit)."""
-    meter = store.meter
-    tx = Tx(dbapi, store.dialect, meter)
-    if store.dialect == "sqlite":
-        with store._writer_lock:
-            meter.statements += 1
-            meter.round_trips += 1
-            dbapi.execute("BEGIN IMMEDIATE")
+    then run the ``after_commit`` callbacks (only after a successful commit). On SQLite the
+    store's writer lock is held from ``BEGIN IMMEDIATE`` to the ``COMMIT`` or the rollback.
+    A plain class rather than a generator: every append runs one."""
+
+    __slots__ = ("store", "dbapi", "tx")
+
+    def __init__(self, store: Store, dbapi: Any) -> None:
+        self.store = store
+        self.dbapi = dbapi
+        self.tx: Tx | None = None
+
+    def __enter__(self) -> Tx:
+        store, dbapi = self.store, self.dbapi
+        meter = store.meter
+        tx = self.tx = Tx(dbapi, store.dialect, meter)
+        if store.dialect == "sqlite":
+            lock = store._writer_lock
+            lock.acquire()
             try:
-                yield tx
                 meter.statements += 1
                 meter.round_trips += 1
-                dbapi.execute("COMMIT")
+                dbapi.execute("BEGIN IMMEDIATE")
             except BaseException:
+                lock.release()
+                raise
+        return tx
+
+    def __exit__(self, kind: object, _exc: object, _tb: object) -> None:
+        dbapi, meter, tx = self.dbapi, self.store.meter, cast(Tx, self.tx)
+        if self.store.dialect == "sqlite":
+            try:
+                if kind is not None:
+                    _rollback_quietly(dbapi, meter)
+                    return
+                try:
+                    meter.statements += 1
+                    meter.round_trips += 1
+                    dbapi.execute("COMMIT")
+                except BaseException:
+                    _rollback_quietly(dbapi, meter)
+                    raise
+            finally:
+                self.store._writer_lock.release()
+        else:
+            if kind is not None:
+                tx.end()
+                _rollback_quietly(dbapi, meter)
+                return
+            try:
+                if not tx.commit_behind() and dbapi.info.transaction_status != _PG_IDLE:
+                    meter.statements += 1
+                    meter.round_trips += 1
+                    wire_of(dbapi).run(_COMMIT)
+            except BaseException:
+                tx.end()
                 _rollback_quietly(dbapi, meter)
                 raise
-    else:
-        try:
-            yield tx
-            if not tx.commit_behind() and dbapi.info.transaction_status != _PG_IDLE:
-                meter.statements += 1
-                meter.round_trips += 1
-                wire_of(dbapi).run(_COMMIT)
-        except BaseException:
-            tx.end()
-            _rollback_quietly(dbapi, meter)
-            raise
-    meter.commits += 1
-    for fn in tx._after:
-        fn()
+        meter.commits += 1
+        for fn in tx._after:
+            fn()
 
 
 @contextlib.contextmanager
