@@ -1374,6 +1374,18 @@ add("counters.add_partly", "src/tidings/counters.py",
     "",
     t("tests/test_counters.py", "test_add_adds_every_count_under_one_lock_or_none_when_a_name_is_unknown"),
     why="a frame's staged counts with an unknown name are added in part before the error")
+# The write transaction is a plain class (no ``with lock``): it releases SQLite's writer lock
+# by hand, whether its BEGIN or its COMMIT fails.
+add("engine.begin_failure_keeps_writer_lock", ENGINE,
+    "            except BaseException:\n                lock.release()\n                raise\n",
+    "            except BaseException:\n                raise\n",
+    t("tests/test_store_engine.py", "test_a_write_whose_begin_or_commit_fails_releases_the_writer_lock"),
+    why="a write whose BEGIN IMMEDIATE fails keeps the writer lock: every other writer waits forever")
+add("engine.commit_failure_keeps_writer_lock", ENGINE,
+    "            finally:\n                self.store._writer_lock.release()\n",
+    "            finally:\n                if kind is not None:\n                    self.store._writer_lock.release()\n",
+    t("tests/test_store_engine.py", "test_a_write_whose_begin_or_commit_fails_releases_the_writer_lock"),
+    why="a write whose COMMIT fails keeps the writer lock: every other writer waits forever")
 add("drain.bridge_lock_not_taken", APPLY_SRC,
     "                if row is not None:\n"
     "                    # Every writer of a bridge's projection rows holds its lock (ingest/batch.py).\n"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+
 import pytest
 
 from tidings.store.engine import Store, is_transient
@@ -68,6 +71,54 @@ def test_a_callbacks_unit_that_fails_drops_only_its_own_after_commit_callbacks(s
             tx.after_commit(lambda: seen.append("good unit"))
         tx.after_commit(lambda: seen.append("after"))
     assert seen == ["before", "good unit", "after"]
+
+
+class _FailsOn:
+    """A SQLite connection whose ``sql`` fails as a busy database does."""
+
+    def __init__(self, real: sqlite3.Connection, sql: str) -> None:
+        self.real, self.sql = real, sql
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql == self.sql:
+            raise sqlite3.OperationalError("database is locked")
+        return self.real.execute(sql, *args)
+
+
+def _free_elsewhere(lock: object) -> bool:
+    """Whether another thread can take ``lock`` now (without waiting)."""
+    got: list[bool] = []
+
+    def take() -> None:
+        ok = lock.acquire(blocking=False)  # type: ignore[attr-defined]
+        got.append(ok)
+        if ok:
+            lock.release()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    return got == [True]
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize("failing", ["BEGIN IMMEDIATE", "COMMIT"])
+def test_a_write_whose_begin_or_commit_fails_releases_the_writer_lock(store, failing):
+    """SQLite's writer lock is held from ``BEGIN IMMEDIATE`` to the end of the transaction,
+    however it ends: a write that cannot begin, or cannot commit, leaves it free for the
+    next writer (another thread would wait on it forever), and runs no callback."""
+    conn = store.dedicated()
+    real = conn.dbapi
+    conn.dbapi = _FailsOn(real, failing)
+    seen: list[str] = []
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"), conn.write() as tx:
+        tx.after_commit(lambda: seen.append("committed"))
+    assert seen == []
+    assert _free_elsewhere(store._writer_lock)
+    if real.in_transaction:
+        real.execute("ROLLBACK")
+    conn.dbapi = real
+    conn.close()
 
 
 def test_dedicated_connection_reuses_one_connection(store):

@@ -143,11 +143,10 @@ class Batch:
         made = self._made
         for name in _FAMILIES:
             family = made.get(name)
-            if family is None or name == "attachments":  # (new rows only: nothing to read)
-                continue
-            reads += family.reads()
-            if name == "conversations":
-                reads += family.rosters.reads()
+            if family is not None:
+                reads += family.reads()
+                if name == "conversations":  # (the rosters are the conversations' companion)
+                    reads += family.rosters.reads()
         for stmt, params, _ in reads:
             tx.read_ahead(stmt, params)
         self._reads.extend(reads)

@@ -103,11 +103,7 @@ class _PooledWrite:
 
     def __enter__(self) -> Tx:
         pool = self.pool
-        with pool._lock:
-            conn = pool._idle.pop() if pool._idle else None
-        if conn is None:
-            conn = pool.store.dedicated()
-        self.conn = conn
+        conn = self.conn = pool.take()
         try:
             unit = self.unit = conn.write()
             return unit.__enter__()
@@ -140,6 +136,13 @@ class _AppendConnections:
 
     def write(self) -> _PooledWrite:
         return _PooledWrite(self)
+
+    def take(self) -> Dedicated:
+        """An idle connection, or a new one when none is idle."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self.store.dedicated()
 
     def give_back(self, conn: Dedicated) -> None:
         """``conn``, done with: kept idle, or closed when ``keep`` are idle already."""

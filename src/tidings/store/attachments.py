@@ -67,6 +67,10 @@ class NewAttachments:
         self.bridge_id = bridge_id
         self.rows: dict[tuple[str, int], dict[str, Any]] = {}
 
+    def reads(self) -> list[Any]:
+        """Nothing: a new message's attachments are new rows (the batch asks every family)."""
+        return []
+
     def add(self, message_id: str, metas: list[dict[str, Any]]) -> int:
         """A new message's attachments (ordinal = position); the number added."""
         for ordinal, meta in enumerate(metas):
