@@ -77,8 +77,8 @@ def collected(src: Path, backend: str, drive: int, total: int, seed: int, batch:
 
 
 def measure(trees: list[Path], backend: str, frames: int, warm: int, seed: int, batch: int) -> list[dict[str, Any]]:
-    """Instructions a frame for each tree: every child runs at once (the counts do not
-    depend on what else the machine does)."""
+    """Instructions a frame for each tree: every child runs at once (a count hardly
+    depends on what else the machine does)."""
     total = warm + frames
     jobs = [(src, drive) for src in trees for drive in (warm, total)]
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
