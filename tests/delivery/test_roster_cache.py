@@ -191,3 +191,49 @@ def test_an_open_roster_write_holds_up_no_other_roster_write(world, backend_url)
         assert _epoch(world) == before + 1
         held.commit()
     assert _epoch(world) == before + 2
+
+
+def _batched_reads(monkeypatch) -> list[str]:
+    """The names of the consumer's batched-read statements, as they run."""
+    from tidings.store import delivery as delivery_store
+    from tidings.store.engine import Tx
+
+    reads = {delivery_store.MESSAGES_AND_EPOCH, delivery_store.MESSAGES_AND_UNHELD_AGENTS,
+             delivery_store.MESSAGES_AND_AGENTS}
+    names: list[str] = []
+    original = Tx.all
+
+    def spied(self, stmt, params=None):
+        if stmt in reads:
+            names.append(stmt.name)
+        return original(self, stmt, params)
+
+    monkeypatch.setattr(Tx, "all", spied)
+    return names
+
+
+def test_a_batch_whose_rosters_are_all_held_reads_only_its_rows_and_the_epoch(world, monkeypatch):
+    """D126: every roster held, the batch's statement joins nothing (rows and epoch only);
+    at a moved epoch the rosters are read again in a second statement, with the rows, in
+    one snapshot, and the change reaches this very fan-out."""
+    hu, ch, aa, bb = _two_agents(world)
+    names = _batched_reads(monkeypatch)
+    m1 = world.post(hu, ch, "warm the copy")
+    world.pump()
+    assert names == ["messages_and_unheld_agents"]  # nothing held yet
+    names.clear()
+    m2 = world.post(hu, ch, "held")
+    world.pump()
+    assert names == ["messages_and_epoch"]
+    names.clear()
+    world.subscribe(ch, bb)
+    m3 = world.post(hu, ch, "after subscribe")
+    world.pump()
+    assert names == ["messages_and_epoch", "messages_and_unheld_agents"]
+    names.clear()
+    m4 = world.post(hu, ch, "held again")
+    world.pump()
+    assert names == ["messages_and_epoch"]
+    assert world.got(aa) == [("deliver", m1), ("deliver", m2), ("deliver", m3), ("deliver", m4)]
+    assert world.got(bb) == [("deliver", m3), ("deliver", m4)]
+    assert world.counters()["rosters_cached"] == 2

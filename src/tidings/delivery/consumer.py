@@ -36,7 +36,8 @@ every message that fans out and the agents of their channels (named by the event
 read together (one statement, whatever the batch size), each event is then handled in
 order from that read, and the flush is one statement. A channel's agents come from the
 router's copy when that statement read the same roster epoch as the copy was read at
-(``store/roster.py``, D108), so an unchanged roster is not read again. On PostgreSQL the consumer's own connection reads and
+(``store/roster.py``, D108), so an unchanged roster is not read again; when every
+roster is held, the statement joins nothing at all (D126). On PostgreSQL the consumer's own connection reads and
 flushes in autocommit (no BEGIN/COMMIT/ROLLBACK round trips) and its session commits
 without waiting for the WAL flush, which only the flush relies on (D16): every other write
 on it (session rows, stale sessions, owed rows of deleted messages) puts the server's
