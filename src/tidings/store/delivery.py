@@ -169,7 +169,7 @@ def messages_with_agents(
     read_epoch = None
     for r in tx.all(statement, params):
         if r[0] == 0:
-            row = row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
+            row = _message_of(r)
             rows[row["id"]] = row
         elif r[0] == 1:
             fetched[r[_MESSAGE_WIDTH + 1]].append(channel_agent(r[_MESSAGE_WIDTH + 2:]))
@@ -178,6 +178,11 @@ def messages_with_agents(
     if roster is None:
         return rows, fetched
     return rows, roster.settle(read_epoch, fetched, uncached)
+
+
+def _message_of(r: tuple[Any, ...]) -> dict[str, Any]:
+    """The message of a part-0 row of the batched reads (its columns after the part)."""
+    return row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
 
 
 def _rows_at_held_epoch(
@@ -190,7 +195,7 @@ def _rows_at_held_epoch(
     read_epoch = None
     for r in tx.all(MESSAGES_AND_EPOCH, {"ids": list_param(tx, message_ids)}):
         if r[0] == 0:
-            row = row_to_message(dict(zip(_MESSAGE_NAMES, r[1:_MESSAGE_WIDTH + 1], strict=True)))
+            row = _message_of(r)
             rows[row["id"]] = row
         else:
             read_epoch = int(r[_MESSAGE_WIDTH + 1])
