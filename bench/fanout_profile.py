@@ -178,7 +178,9 @@ def profile(url: str, backend: str, *, agents: int, messages: int, reporter: Any
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, configure_logging: bool = True) -> int:
+    """The command. ``configure_logging=False`` (tests) leaves structlog's global
+    configuration alone: quieting it here would hide later tests' captured logs."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="both", choices=["sqlite", "postgresql", "both"])
     p.add_argument("--agents", type=int, default=50)
@@ -195,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import benchlib
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
+    if configure_logging:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
     console = Console()
     reporter = benchlib.Reporter(console, enabled=False)
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]

@@ -55,7 +55,14 @@ def test_a_profiled_fan_out_names_its_threads_and_steps_and_leaves_no_hook_behin
         assert not waits
 
 
-def test_the_command_prints_the_table_and_exits_0(capsys):
-    assert fanout_profile.main(["--backend", "sqlite", "--agents", "2", "--messages", "20"]) == 0
+def test_the_command_prints_the_table_and_exits_0_and_leaves_logging_alone(capsys):
+    """Run in the suite, it must not quiet structlog for every later test (their
+    ``capture_logs`` would find nothing)."""
+    import structlog
+
+    before = structlog.get_config()["wrapper_class"]
+    assert fanout_profile.main(["--backend", "sqlite", "--agents", "2", "--messages", "20"],
+                               configure_logging=False) == 0
+    assert structlog.get_config()["wrapper_class"] is before
     out = capsys.readouterr().out
     assert "fan-out into 2 queues" in out and "no thread running" in out and "wall: post" in out
