@@ -92,27 +92,24 @@ class Steps:
         inside = self._inside
         perf = time.perf_counter
 
-        def timed(owner: Any, attr: str, name: str, *, wait: bool = False) -> tuple[Any, str, Any]:
+        def timed(owner: Any, attr: str, name: str | None) -> tuple[Any, str, Any]:
+            """Wrap ``owner.attr``: a step (``name``), or with None the wait on PostgreSQL,
+            charged to the outermost step its thread is in."""
             original = getattr(owner, attr)
 
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
+                outer = getattr(inside, "step", None)
+                step = name or f"{outer or 'other'} waiting on PostgreSQL"
+                inside.step = outer or name
                 started = perf()
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    step = (getattr(inside, "step", None) or "other") + " waiting on PostgreSQL" if wait else name
                     self.add(step, perf() - started)
-
-            def enter(*args: Any, **kwargs: Any) -> Any:
-                outer = getattr(inside, "step", None)
-                inside.step = outer or name
-                try:
-                    return wrapper(*args, **kwargs)
-                finally:
                     inside.step = outer
 
-            setattr(owner, attr, wrapper if wait else functools.wraps(original)(enter))
+            setattr(owner, attr, wrapper)
             return owner, attr, original
 
         saved = [
@@ -120,7 +117,7 @@ class Steps:
             timed(Router, "read_batch", "consumer read"),
             timed(Router, "fan_out", "fan-out"),
             timed(Flusher, "_write", "flush"),
-            timed(Wire, "_next", "", wait=True),
+            timed(Wire, "_next", None),
         ]
         try:
             yield self
