@@ -1471,3 +1471,21 @@ add("cluster.owed_sweep_repeats_what_it_steered", "src/tidings/delivery/sweeps.p
     t(ROUTING_CLUSTER, "test_a_post_on_one_node_steers_and_delivers_to_sessions_on_the_others"),
     backend="postgres",
     why="the owed sweep leaves out nothing already steered to the session: the owed hint repeats a live steer")
+# == a reader's keep-alive timer outlives its waits (Session.next) ============================
+SESSION_SRC = "src/tidings/delivery/sessions.py"
+SESSION_TIMER = "tests/delivery/test_session_timer.py"
+add("sessions.alarm_ends_any_wait", SESSION_SRC,
+    "        if deadline <= at:\n            _expire(waiter[1])\n",
+    "        if True:\n            _expire(waiter[1])\n",
+    t(SESSION_TIMER, "test_each_wait_still_ends_at_its_own_deadline"),
+    why="the timer armed for an earlier wait ends a later one before its deadline: keep-alives come early")
+add("sessions.shorter_wait_keeps_later_alarm", SESSION_SRC,
+    "            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:\n",
+    "            if alarm is None or self._alarm_loop is not loop:\n",
+    t(SESSION_TIMER, "test_each_wait_still_ends_at_its_own_deadline"),
+    why="a wait with a shorter timeout waits for the timer a longer one armed: its keep-alive comes late")
+add("sessions.alarm_per_wait", SESSION_SRC,
+    "            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:\n",
+    "            if True:\n",
+    t(SESSION_TIMER, "test_a_reader_woken_for_every_item_arms_one_timer_not_one_per_wait"),
+    why="every wait arms a timer of its own again (the cost this timer removed)")

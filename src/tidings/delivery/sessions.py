@@ -17,7 +17,9 @@ An asyncio reader waiting on an empty queue is woken by one ``call_soon_threadsa
 write to its loop's self-pipe). Inside ``coalesced_wakes()`` the producing thread collects
 those wake-ups instead and issues them when the block ends, ONE call per event loop however
 many of its sessions were offered something: the consumer wraps each message's fan-out in
-it, since every SSE stream of a server shares the one loop.
+it, since every SSE stream of a server shares the one loop. A reader's keep-alive deadline
+is kept by one timer that outlives its waits (``Session.next``), so a wait ended by an item
+costs no timer of its own.
 
 The consumer keeps its sweep bookkeeping on the session object (``phase``, ``floors``,
 ``owed_after``); only the consumer thread touches those fields.
@@ -180,6 +182,10 @@ class Session:
         "_end",
         "_end_taken",
         "_waiter",
+        "_deadline",
+        "_alarm",
+        "_alarm_at",
+        "_alarm_loop",
         "_refill_wanted",
         "phase",
         "floors",
@@ -207,6 +213,12 @@ class Session:
         self._end: SessionEnd | None = None
         self._end_taken = False
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
+        # The reader's keep-alive timer (``next``): the current wait's deadline, and the
+        # one timer armed for it or for an earlier wait, on the reader's loop.
+        self._deadline: float | None = None
+        self._alarm: asyncio.TimerHandle | None = None
+        self._alarm_at = 0.0
+        self._alarm_loop: asyncio.AbstractEventLoop | None = None
         self._refill_wanted = False
         self.phase: Phase = PHASE_NEW
         self.floors: dict[str, int] = {}
@@ -317,12 +329,17 @@ class Session:
 
     async def next(self, timeout: float | None) -> Queued | SessionEnd | None:
         """The next item for an asyncio reader; None when ``timeout`` passes first (the
-        caller sends a keep-alive) or the end was already taken."""
+        caller sends a keep-alive) or the end was already taken.
+
+        A wait is a bare future, with no task. Its deadline is kept by one timer per reader
+        that outlives the waits: a wait ended by an item leaves the timer armed, and a timer
+        that fires before the current wait's deadline arms again for it (``_ring``). So a
+        reader woken once per item arms a timer about once per ``timeout``, not once per
+        item; a wait whose deadline comes before the armed timer arms its own."""
         loop = asyncio.get_running_loop()
         with self._lock:
             item, refill = self._take_locked()
             if item is None and not self._end_taken:
-                # A bare future and a timer: no task per wait (a reader waits once per item).
                 future = loop.create_future()
                 self._waiter = (loop, future)
             else:
@@ -330,18 +347,46 @@ class Session:
         if future is None:
             self._after_take(refill)
             return item
-        timer = loop.call_later(timeout, _expire, future) if timeout is not None else None
+        if timeout is None:
+            self._deadline = None
+        else:
+            self._deadline = deadline = loop.time() + timeout
+            alarm = self._alarm
+            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:
+                if alarm is not None and self._alarm_loop is loop:
+                    alarm.cancel()
+                self._arm(loop, deadline)
         try:
             woken = await future
         finally:
-            if timer is not None:
-                timer.cancel()
             with self._lock:
                 if self._waiter is not None and self._waiter[1] is future:
                     self._waiter = None
         if not woken:
             return None
         return self.get_nowait()
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        self._alarm = loop.call_at(at, self._ring, loop, at)
+        self._alarm_at = at
+        self._alarm_loop = loop
+
+    def _ring(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        """The keep-alive timer armed for ``at`` fired on ``loop``: the wait in progress
+        ends (False) if its deadline is ``at`` or earlier, else the timer arms again for
+        its deadline. A timer replaced since, or left on another loop, does nothing."""
+        if self._alarm_loop is not loop or self._alarm_at != at:
+            return
+        self._alarm = None
+        deadline = self._deadline
+        with self._lock:
+            waiter = self._waiter
+        if deadline is None or waiter is None or waiter[0] is not loop or waiter[1].done():
+            return  # no wait with a deadline: the next one arms
+        if deadline <= at:
+            _expire(waiter[1])
+        else:
+            self._arm(loop, deadline)
 
     def drain(self) -> list[Queued | SessionEnd]:
         """Everything queued right now (tests and synchronous readers)."""
