@@ -1480,12 +1480,17 @@ add("sessions.alarm_ends_any_wait", SESSION_SRC,
     t(SESSION_TIMER, "test_each_wait_still_ends_at_its_own_deadline"),
     why="the timer armed for an earlier wait ends a later one before its deadline: keep-alives come early")
 add("sessions.shorter_wait_keeps_later_alarm", SESSION_SRC,
-    "            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:\n",
-    "            if alarm is None or self._alarm_loop is not loop:\n",
+    "            if at is None or at > deadline or self._alarm_loop is not loop:\n",
+    "            if at is None or self._alarm_loop is not loop:\n",
     t(SESSION_TIMER, "test_each_wait_still_ends_at_its_own_deadline"),
     why="a wait with a shorter timeout waits for the timer a longer one armed: its keep-alive comes late")
 add("sessions.alarm_per_wait", SESSION_SRC,
-    "            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:\n",
+    "            if at is None or at > deadline or self._alarm_loop is not loop:\n",
     "            if True:\n",
     t(SESSION_TIMER, "test_a_reader_woken_for_every_item_arms_one_timer_not_one_per_wait"),
     why="every wait arms a timer of its own again (the cost this timer removed)")
+add("sessions.timer_on_another_loop_trusted", SESSION_SRC,
+    "            if at is None or at > deadline or self._alarm_loop is not loop:\n",
+    "            if at is None or at > deadline:\n",
+    t(SESSION_TIMER, "test_a_reader_on_a_new_loop_gets_its_own_timer"),
+    why="a reader on a new loop counts on the timer left on the old one: its waits never time out")

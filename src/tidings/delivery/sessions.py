@@ -183,7 +183,6 @@ class Session:
         "_end_taken",
         "_waiter",
         "_deadline",
-        "_alarm",
         "_alarm_at",
         "_alarm_loop",
         "_refill_wanted",
@@ -213,11 +212,10 @@ class Session:
         self._end: SessionEnd | None = None
         self._end_taken = False
         self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None = None
-        # The reader's keep-alive timer (``next``): the current wait's deadline, and the
-        # one timer armed for it or for an earlier wait, on the reader's loop.
+        # The reader's keep-alive timer (``next``): the current wait's deadline, and when
+        # and on which loop the one live timer was armed (None: none armed).
         self._deadline: float | None = None
-        self._alarm: asyncio.TimerHandle | None = None
-        self._alarm_at = 0.0
+        self._alarm_at: float | None = None
         self._alarm_loop: asyncio.AbstractEventLoop | None = None
         self._refill_wanted = False
         self.phase: Phase = PHASE_NEW
@@ -351,10 +349,8 @@ class Session:
             self._deadline = None
         else:
             self._deadline = deadline = loop.time() + timeout
-            alarm = self._alarm
-            if alarm is None or self._alarm_loop is not loop or self._alarm_at > deadline:
-                if alarm is not None and self._alarm_loop is loop:
-                    alarm.cancel()
+            at = self._alarm_at
+            if at is None or at > deadline or self._alarm_loop is not loop:
                 self._arm(loop, deadline)
         try:
             woken = await future
@@ -367,17 +363,20 @@ class Session:
         return self.get_nowait()
 
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        self._alarm = loop.call_at(at, self._ring, loop, at)
+        """Arm the live timer for ``at`` on ``loop``; a timer armed before it is left to
+        fire and do nothing (``_ring``)."""
+        loop.call_at(at, self._ring, loop, at)
         self._alarm_at = at
         self._alarm_loop = loop
 
     def _ring(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         """The keep-alive timer armed for ``at`` fired on ``loop``: the wait in progress
         ends (False) if its deadline is ``at`` or earlier, else the timer arms again for
-        its deadline. A timer replaced since, or left on another loop, does nothing."""
+        its deadline. A timer no longer the live one (another armed since, for an earlier
+        deadline or on another loop) does nothing."""
         if self._alarm_loop is not loop or self._alarm_at != at:
             return
-        self._alarm = None
+        self._alarm_at = None
         deadline = self._deadline
         with self._lock:
             waiter = self._waiter
