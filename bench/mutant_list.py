@@ -1494,3 +1494,43 @@ add("sessions.timer_on_another_loop_trusted", SESSION_SRC,
     "            if at is None or at > deadline:\n",
     t(SESSION_TIMER, "test_a_reader_on_a_new_loop_gets_its_own_timer"),
     why="a reader on a new loop counts on the timer left on the old one: its waits never time out")
+# == SQLite's WAL checkpoints run beside the writer (D128) ====================================
+CHECKPOINT_SRC = "src/tidings/store/checkpoints.py"
+CHECKPOINT_TESTS = "tests/test_store_checkpoints.py"
+add("checkpoints.no_backstop", "src/tidings/store/engine.py",
+    '    cur.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")  # the backstop (D128)\n',
+    "",
+    t(CHECKPOINT_TESTS, "test_a_commit_past_sqlites_default_does_not_checkpoint_below_the_backstop"),
+    why="a commit still checkpoints at SQLite's default 1,000 pages: the wait the thread was for stays")
+add("checkpoints.backstop_off", "src/tidings/store/engine.py",
+    '    cur.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")  # the backstop (D128)\n',
+    '    cur.execute("PRAGMA wal_autocheckpoint=0")\n',
+    t(CHECKPOINT_TESTS, "test_the_backstop_still_checkpoints_a_wal_the_thread_leaves"),
+    why="no backstop: a WAL the thread cannot keep up with grows without bound")
+add("checkpoints.commit_not_counted", "src/tidings/store/engine.py",
+    "                    checkpointer.committed()  # (under the writer lock: the count needs no lock)\n",
+    "                    pass\n",
+    t(CHECKPOINT_TESTS, "test_every_nth_commit_wakes_the_thread_which_copies_the_wal_back"),
+    why="commits never wake the thread: only the backstop ever checkpoints")
+add("checkpoints.count_not_reset", CHECKPOINT_SRC,
+    "            self._since = 0\n",
+    "            pass\n",
+    t(CHECKPOINT_TESTS, "test_every_nth_commit_wakes_the_thread_which_copies_the_wal_back"),
+    why="after its first wake the thread is woken by every commit")
+add("checkpoints.failure_ends_thread", CHECKPOINT_SRC,
+    "        except Exception as exc:  # noqa: BLE001 - the thread must live; the backstop still holds\n",
+    "        except ZeroDivisionError as exc:\n",
+    t(CHECKPOINT_TESTS, "test_a_failed_checkpoint_is_counted_and_logged_and_the_next_wake_tries_again"),
+    why="a failed checkpoint ends the thread: no checkpoint runs beside the writer again")
+add("checkpoints.dispose_leaves_thread", "src/tidings/store/engine.py",
+    "            self.checkpointer.close()\n",
+    "            pass\n",
+    t(CHECKPOINT_TESTS, "test_dispose_stops_the_thread"),
+    why="a disposed store leaves its checkpoint thread behind")
+# == a frame's batch holds no reference cycle ===================================================
+add("batch.rosters_hold_their_conversations", "src/tidings/store/conversations.py",
+    "        self.rosters = Rosters(tx, journal, bridge_id, weakref.proxy(self))\n",
+    "        self.rosters = Rosters(tx, journal, bridge_id, self)\n",
+    t("tests/ingest/test_fast_path.py", "test_an_applied_frame_leaves_no_reference_cycle_behind"),
+    backend="both",
+    why="the rosters hold their conversations back: every batch is a cycle left to the garbage collector")

@@ -115,6 +115,14 @@ class RuntimeCollector:
         for name, value in sorted(status.get("search_index", {}).items()):  # SQLite only
             yield CounterMetricFamily(f"tidings_search_index_{name}",
                                       f"Search index background pass {name} (this process).", value=value)
+        checkpoints = status.get("checkpoints")
+        if checkpoints is not None:  # SQLite only (D128)
+            for name in ("runs", "busy", "failures"):
+                yield CounterMetricFamily(f"tidings_sqlite_checkpoint_{name}",
+                                          f"WAL checkpoints beside the writer: {name} (this process).",
+                                          value=checkpoints[name])
+            yield GaugeMetricFamily("tidings_sqlite_wal_pages", "Pages the WAL held at the last checkpoint.",
+                                    value=checkpoints["wal_pages"])
         bus = status.get("bus", {})
         yield GaugeMetricFamily("tidings_bus_head_seq", "The bus head (this process).", value=bus.get("head_seq", 0))
 

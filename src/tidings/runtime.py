@@ -122,6 +122,7 @@ class Runtime:
             "delivery": self.delivery.status(),
             "bus": {"head_seq": self.bus.head_seq, "overruns": self.bus.overruns},
             **({"search_index": self.search_indexer.status()} if self.store.dialect == "sqlite" else {}),
+            **({"checkpoints": self.store.checkpointer.status()} if self.store.checkpointer is not None else {}),
             "bridges": CONNECTORS.section(self),  # outbox counts and connector counters
             **({"cluster": cluster_status(self)} if self.store.dialect == "postgresql" else {}),
         }

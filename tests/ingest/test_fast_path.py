@@ -623,3 +623,35 @@ def test_a_drained_frame_whose_write_behind_fails_transiently_is_tried_again_not
     assert outcomes(store) == {"applied": 1}
     assert ingest.counters.of(bridge).snapshot()["transient_retries"] == 1
     assert message_bodies(store) == ["message 0"]
+
+
+def test_an_applied_frame_leaves_no_reference_cycle_behind(store, ingest):
+    """A frame's batch, its table families and its transaction are freed when the append
+    returns, not by the garbage collector (a cycle per frame made Python's collector run
+    every few dozen frames). Frames of each shape: a message, a roster snapshot, reactions."""
+    import gc
+
+    from tidings.store.conversations import Conversations
+    from tidings.store.engine import Tx as StoreTx
+
+    bridge = create_bridge(store, platform="google", name="p")["id"]
+    signal = create_bridge(store, platform="signal", name="s")["id"]
+    ingest.append_body(signal, signal_body(0), "signal")  # first sightings: mint the rows
+    ingest.append_body(bridge, google_body("google_conversation_group.json", 0), "google")
+    gc.collect()
+    was = gc.get_debug()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept in gc.garbage, for the assert
+    try:
+        for n in range(1, 4):
+            ingest.append_body(signal, signal_body(n), "signal")
+            ingest.append_body(bridge, google_body("google_conversation_group.json", n), "google")
+            ingest.append_body(bridge, google_body("google_message_reactions.json", n), "google")
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage if isinstance(o, Conversations | StoreTx)]
+    finally:
+        gc.set_debug(was)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
+    assert outcomes(store) == {"applied": 11}

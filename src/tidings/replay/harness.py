@@ -655,6 +655,8 @@ class _Run:
         store.engine.dispose()
         if store.dialect == "sqlite" and not config.autocheckpoint:
             sa.event.listen(store.engine, "connect", _no_autocheckpoint)
+            if store.checkpointer is not None:
+                store.checkpointer.enabled = False  # nor the store's checkpoint thread (D128)
         self.counter = ReplayCounter(store).install()
         self.pg_before = _pg_stat_writes(config.out, list(self.counter.columns)) if store.dialect == "postgresql" else {}
         self.ids = ReplayInboxIds()

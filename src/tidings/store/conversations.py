@@ -24,6 +24,7 @@ HTTP API and the MCP tools.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 from .batch_rows import Journal, Read, Table, Write, Writer, read_all
@@ -114,7 +115,7 @@ DELETE_PARTICIPANTS = Write(
 class Conversations:
     """The conversations of one bridge that a batch reads and writes, by remote id."""
 
-    __slots__ = ("tx", "journal", "bridge_id", "table", "ids", "rosters")
+    __slots__ = ("tx", "journal", "bridge_id", "table", "ids", "rosters", "__weakref__")
 
     def __init__(self, tx: Tx, journal: Journal, bridge_id: str) -> None:
         self.tx = tx
@@ -122,7 +123,9 @@ class Conversations:
         self.bridge_id = bridge_id
         self.table = Table(journal)
         self.ids: dict[str, str] = {}  # conversation id -> remote id, of every known row
-        self.rosters = Rosters(tx, journal, bridge_id, self)
+        # (a proxy: a batch's families hold no cycle, so they are freed when the batch is, not
+        # by the garbage collector)
+        self.rosters = Rosters(tx, journal, bridge_id, weakref.proxy(self))
 
     def want(self, remote_id: str) -> None:
         self.table.want(remote_id)

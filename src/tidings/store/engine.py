@@ -4,7 +4,9 @@ SQLite: WAL, foreign keys on, a 5 s busy timeout, ``synchronous=NORMAL``. Every 
 transaction starts with ``BEGIN IMMEDIATE`` under a process-wide writer lock, so there is
 one writer and a deferred transaction never has to upgrade (an upgrade fails with BUSY
 without honouring the busy timeout). Readers use their own pooled connections and never
-block the writer.
+block the writer. The WAL is checkpointed by a thread beside the writer, every
+``checkpoints.EVERY_COMMITS`` commits, with SQLite's own checkpoint kept as a backstop at a
+larger WAL (``checkpoints.py``, D128).
 
 PostgreSQL: psycopg 3 through SQLAlchemy's connection pool, READ COMMITTED. Ordering that
 must follow commit order (a channel's ``channel_seq``) is taken from a row lock inside the
@@ -45,6 +47,7 @@ import structlog
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..faults import Faults
+from .checkpoints import BACKSTOP_PAGES, Checkpointer
 from .pg_wire import Entry, Result, Wire, wire_of
 from .sql import Stmt
 
@@ -632,7 +635,10 @@ class Store:
                 pool_pre_ping=False,
             )
             sa.event.listen(self.engine, "connect", _sqlite_on_connect)
+            self.checkpointer: Checkpointer | None = Checkpointer(
+                cast(str, self.engine.url.database), self.faults)
         else:
+            self.checkpointer = None
             self.engine = sa.create_engine(
                 sa_url,
                 pool_size=pool_size or 5,
@@ -683,6 +689,8 @@ class Store:
         return self.clock.now_ms()
 
     def dispose(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.engine.dispose()
 
     close = dispose
@@ -832,6 +840,9 @@ class _WriteTx:
                 except BaseException:
                     _rollback_quietly(dbapi, meter)
                     raise
+                checkpointer = self.store.checkpointer
+                if checkpointer is not None:
+                    checkpointer.committed()  # (under the writer lock: the count needs no lock)
             finally:
                 self.store._writer_lock.release()
         else:
@@ -982,4 +993,5 @@ def _sqlite_on_connect(dbapi: sqlite3.Connection, _record: Any) -> None:
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=5000")
     cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")  # the backstop (D128)
     cur.close()
