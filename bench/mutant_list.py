@@ -426,6 +426,7 @@ add("posting.lost_race_commits_its_seq", POSTING,
     backend="both")
 add("posting.seq_read_outside_the_lock", MESSAGES,
     "(SELECT last_seq FROM next)", "(SELECT last_seq + 1 FROM channels WHERE id = :channel_id)",
+    t("tests/test_posting.py", "test_a_post_that_waited_for_the_channel_lock_takes_the_seq_after_the_one_that_held_it"),
     t("tests/test_posting.py", "test_concurrent_posts_get_gap_free_channel_seqs_and_a_pager_never_skips"),
     why="the insert's channel_seq is read from the statement's snapshot, not from the locked update",
     backend="postgres")

@@ -22,6 +22,54 @@ def _world(runtime, n_people=4):
     return people, ch["id"]
 
 
+@pytest.mark.postgres_only
+def test_a_post_that_waited_for_the_channel_lock_takes_the_seq_after_the_one_that_held_it(runtime):
+    """Deterministic: one post holds the channel row lock (its transaction open) while a
+    second one's statement waits for it; once the first commits, the second takes the next
+    ``channel_seq``, read from the locked row, not from the snapshot its statement began with."""
+    import psycopg
+
+    people, channel_id = _world(runtime)
+    author = people[0].id
+    first, _created = runtime.posting.post(author_id=author, channel_id=channel_id, text="first")
+    topic_id = first["topic_id"]
+
+    def insert(tx, message_id: str) -> tuple[int, int] | None:
+        return messages_store.insert_next_message(
+            tx, id=message_id, channel_id=channel_id, topic_id=topic_id, author=author, now=2,
+            blocks=[], text=message_id, client_request_id="")
+
+    taken: dict[str, object] = {}
+
+    def waiter() -> None:
+        try:
+            with runtime.store.write() as tx:
+                taken["waiter"] = insert(tx, "msg_waiter")
+        except BaseException as exc:  # surfaced below
+            taken["waiter"] = exc
+
+    with runtime.store.write() as tx:
+        taken["holder"] = insert(tx, "msg_holder")
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        # Until the waiter's statement waits on a lock (the channel row): a condition on the
+        # server, asked until it holds, never a guess at how long it takes.
+        with psycopg.connect(runtime.store.url, autocommit=True) as watch:
+            for _ in range(100_000):
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'").fetchone()
+                if waiting is not None and waiting[0] >= 1:
+                    break
+            else:  # pragma: no cover
+                pytest.fail("the second post never waited for the channel lock")
+    thread.join(timeout=60)
+    assert taken["holder"][1] == 2 and taken["waiter"][1] == 3, taken  # type: ignore[index]
+    with runtime.store.read() as tx:
+        seqs = [r[0] for r in tx.raw("SELECT channel_seq FROM messages ORDER BY channel_seq").fetchall()]
+    assert seqs == [1, 2, 3]
+
+
 def test_concurrent_posts_get_gap_free_channel_seqs_and_a_pager_never_skips(runtime):
     people, channel_id = _world(runtime)
     per_writer = 25
