@@ -42,8 +42,8 @@ from ..faults import Faults
 
 log = structlog.get_logger("tidings.store")
 
-#: Write commits between two checkpoints of the thread. A frame's commit writes about ten
-#: pages, so this is about SQLite's own default of 1,000 pages.
+#: Write commits between two checkpoints of the thread. A lone frame's commit writes about
+#: seven pages, so this is about 700 pages, near SQLite's own default of 1,000.
 EVERY_COMMITS = 100
 
 #: SQLite's automatic checkpoint on every connection: the backstop, in WAL pages (16 MiB
@@ -70,7 +70,7 @@ class Checkpointer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
-        self._conn: sqlite3.Connection | None = None  # the thread's (or run_once's caller's)
+        self._conn: sqlite3.Connection | None = None  # the thread's, opened at its first run
         self.runs = 0
         self.wal_pages = 0
         self.busy = 0
