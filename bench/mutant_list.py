@@ -1535,3 +1535,8 @@ add("batch.rosters_hold_their_conversations", "src/tidings/store/conversations.p
     t("tests/ingest/test_fast_path.py", "test_an_applied_frame_leaves_no_reference_cycle_behind"),
     backend="both",
     why="the rosters hold their conversations back: every batch is a cycle left to the garbage collector")
+add("checkpoints.waits_for_readers", CHECKPOINT_SRC,
+    'PRAGMA wal_checkpoint(PASSIVE)")',
+    'PRAGMA wal_checkpoint(FULL)")',
+    t(CHECKPOINT_TESTS, "test_the_thread_copies_what_it_can_and_never_waits_for_a_reader"),
+    why="the thread's checkpoint waits for readers on older snapshots (and holds up the writer behind it)")

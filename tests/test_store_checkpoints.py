@@ -83,6 +83,25 @@ def test_every_nth_commit_wakes_the_thread_which_copies_the_wal_back(store):
 
 
 @pytest.mark.sqlite_only
+def test_the_thread_copies_what_it_can_and_never_waits_for_a_reader(store):
+    """``PASSIVE``: a reader still on an older snapshot keeps the pages it needs in the WAL;
+    the thread copies the rest and returns at once, counted as ``busy``. (A checkpoint that
+    waited for readers, as ``FULL`` does, would hold up the thread, and every commit behind
+    it, for the busy timeout.)"""
+    checkpointer = store.checkpointer
+    assert checkpointer is not None
+    _scratch_table(store)
+    _commit(store)
+    with store.read() as reader:  # a snapshot taken now, held while more commits come
+        reader.raw("SELECT count(*) FROM scratch").fetchone()
+        checkpointer.every = 1
+        _commit(store)
+        assert checkpointer.wait_for(lambda c: c.runs >= 1, timeout=3)
+        status = checkpointer.status()
+    assert status["busy"] == 1 and status["failures"] == 0
+
+
+@pytest.mark.sqlite_only
 def test_a_failed_checkpoint_is_counted_and_logged_and_the_next_wake_tries_again(store, faults):
     checkpointer = store.checkpointer
     assert checkpointer is not None

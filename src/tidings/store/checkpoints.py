@@ -39,6 +39,7 @@ from typing import Any
 import structlog
 
 from ..faults import Faults
+from ..wakeups import WakeSignal
 
 log = structlog.get_logger("tidings.store")
 
@@ -64,9 +65,8 @@ class Checkpointer:
         self.faults = faults
         self.every = every
         self.enabled = True  # False: commits wake nothing (the replay harness measures the WAL)
-        self.requested = 0  # wakes asked for by commits
         self._since = 0  # commits since the last wake; changed under the store's writer lock
-        self._wake = threading.Event()
+        self._wake = WakeSignal()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
@@ -76,20 +76,24 @@ class Checkpointer:
         self.busy = 0
         self.failures = 0
 
+    @property
+    def requested(self) -> int:
+        """Wakes asked for so far: by commits, and one by ``close``."""
+        return self._wake.generation()
+
     def committed(self) -> None:
         """A write transaction of the store committed (called under its writer lock)."""
         self._since += 1
         if self._since >= self.every and self.enabled:
             self._since = 0
-            self.requested += 1
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name="tidings-checkpointer", daemon=True)
                 self._thread.start()
-            self._wake.set()
+            self._wake.bump()
 
-    def run_once(self) -> tuple[int, int] | None:
-        """One ``PASSIVE`` checkpoint on a connection of its own: (pages in the WAL, pages
-        copied back), or None when it failed (counted and logged)."""
+    def run_once(self) -> None:
+        """One ``PASSIVE`` checkpoint on the thread's connection; a failure is counted and
+        logged."""
         try:
             if self.faults.fire(FAULT_CHECKPOINT):
                 raise sqlite3.OperationalError("fault: store.checkpoint")
@@ -103,13 +107,12 @@ class Checkpointer:
                 self.failures += 1
                 self._cond.notify_all()
             log.warning("WAL checkpoint failed; the next one retries", path=self.path, error=repr(exc))
-            return None
+            return
         with self._cond:
             self.runs += 1
             self.wal_pages = wal_pages
             self.busy += 1 if busy or copied < wal_pages else 0
             self._cond.notify_all()
-        return wal_pages, copied
 
     def wait_for(self, condition: Callable[[Checkpointer], bool], timeout: float) -> bool:
         """Block until ``condition(self)`` holds after a run (tests, tools); False on timeout."""
@@ -127,7 +130,7 @@ class Checkpointer:
     def close(self) -> None:
         """Stop the thread (after the run it is in, if any); later commits start none."""
         self._stop.set()
-        self._wake.set()
+        self._wake.bump()
         thread = self._thread
         if thread is not None:
             thread.join(timeout=10)
@@ -141,12 +144,12 @@ class Checkpointer:
                 pass
 
     def _run(self) -> None:
+        seen = 0  # (the wake that started this thread is the generation past it)
         try:
             while True:
-                self._wake.wait()
+                seen = self._wake.wait(seen, None)
                 if self._stop.is_set():
                     return
-                self._wake.clear()
                 self.run_once()
         finally:
             self._disconnect()
